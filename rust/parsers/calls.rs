@@ -1,0 +1,213 @@
+//! Where tool parsers put what they find. The sink owns the call bookkeeping
+//! every format shares: indices, ids, whole-call versus streamed arguments, and
+//! malformed calls recorded as state instead of raised.
+
+use super::{CallDelta, Delta};
+
+/// Why a call (or a stretch of text) was not handed out as a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// The call's index when it had one; `None` for errors outside any call.
+    pub index: Option<usize>,
+    pub message: String,
+}
+
+#[derive(Debug)]
+struct OpenCall {
+    index: usize,
+    id: String,
+    name: String,
+    /// Arguments gathered so far; used only when arguments are not streamed.
+    arguments: String,
+}
+
+/// Collects content and call deltas from a tool parser.
+#[derive(Debug)]
+pub struct CallSink {
+    stream_arguments: bool,
+    content: String,
+    calls: Vec<CallDelta>,
+    open: Option<OpenCall>,
+    next_index: usize,
+    errors: Vec<ParseError>,
+}
+
+/// Dynamo's tool-call id form.
+pub fn new_call_id() -> String {
+    let mut id = String::with_capacity(41);
+    id.push_str("call-");
+    id.push_str(
+        uuid::Uuid::new_v4()
+            .hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer()),
+    );
+    id
+}
+
+impl CallSink {
+    /// With `stream_arguments` false, each call is released whole once it ends.
+    pub fn new(stream_arguments: bool) -> Self {
+        Self {
+            stream_arguments,
+            content: String::new(),
+            calls: Vec::new(),
+            open: None,
+            next_index: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    pub fn content(&mut self, text: &str) {
+        self.content.push_str(text);
+    }
+
+    /// Open a call. `id` is the model's own id where the format carries one (Kimi).
+    pub fn begin_call(&mut self, name: &str, id: Option<String>) {
+        if self.open.is_some() {
+            self.drop_call("a new call began before the previous one ended");
+        }
+        let index = self.next_index;
+        self.next_index += 1;
+        let id = id.unwrap_or_else(new_call_id);
+        if self.stream_arguments {
+            self.calls.push(CallDelta {
+                index,
+                id: Some(id.clone()),
+                name: Some(name.to_owned()),
+                arguments: String::new(),
+            });
+        }
+        self.open = Some(OpenCall {
+            index,
+            id,
+            name: name.to_owned(),
+            arguments: String::new(),
+        });
+    }
+
+    /// Append a fragment of the open call's arguments (bytes proven stable).
+    pub fn arguments(&mut self, fragment: &str) {
+        if fragment.is_empty() {
+            return;
+        }
+        let Some(open) = self.open.as_mut() else {
+            return;
+        };
+        if !self.stream_arguments {
+            open.arguments.push_str(fragment);
+            return;
+        }
+        match self.calls.last_mut() {
+            Some(last) if last.index == open.index => last.arguments.push_str(fragment),
+            _ => self.calls.push(CallDelta {
+                index: open.index,
+                id: None,
+                name: None,
+                arguments: fragment.to_owned(),
+            }),
+        }
+    }
+
+    /// The open call is complete and its arguments are a valid JSON object.
+    pub fn end_call(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        if !self.stream_arguments {
+            self.calls.push(CallDelta {
+                index: open.index,
+                id: Some(open.id),
+                name: Some(open.name),
+                arguments: open.arguments,
+            });
+        }
+    }
+
+    /// The open call turned out malformed or unterminated. Whole-call mode drops it
+    /// (and gives its index to the next call); streamed mode can't take back what
+    /// it sent, so the call just stops. Either way the reason is recorded.
+    pub fn drop_call(&mut self, reason: impl Into<String>) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        if !self.stream_arguments {
+            self.next_index = open.index;
+        }
+        self.errors.push(ParseError {
+            index: Some(open.index),
+            message: format!("tool call `{}`: {}", open.name, reason.into()),
+        });
+    }
+
+    /// An error that belongs to no open call (text that looked like a call but wasn't).
+    pub fn error(&mut self, message: impl Into<String>) {
+        self.errors.push(ParseError {
+            index: None,
+            message: message.into(),
+        });
+    }
+
+    pub fn has_open_call(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// How many calls have been opened (the next call's index).
+    pub fn call_count(&self) -> usize {
+        self.next_index
+    }
+
+    /// Move what was collected into `out`.
+    pub fn drain_into(&mut self, out: &mut Delta) {
+        out.content.push_str(&self.content);
+        self.content.clear();
+        out.calls.append(&mut self.calls);
+    }
+
+    pub fn errors(&self) -> &[ParseError] {
+        &self.errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_mode_drops_malformed_and_reuses_index() {
+        let mut sink = CallSink::new(false);
+        sink.begin_call("f", None);
+        sink.arguments("{bad");
+        sink.drop_call("invalid JSON");
+        sink.begin_call("g", None);
+        sink.arguments("{}");
+        sink.end_call();
+        let mut out = Delta::default();
+        sink.drain_into(&mut out);
+        assert_eq!(out.calls.len(), 1);
+        assert_eq!(out.calls[0].index, 0);
+        assert_eq!(out.calls[0].name.as_deref(), Some("g"));
+        assert_eq!(sink.errors().len(), 1);
+        assert_eq!(sink.errors()[0].index, Some(0));
+    }
+
+    #[test]
+    fn streamed_fragments_merge_within_one_drain() {
+        let mut sink = CallSink::new(true);
+        sink.begin_call("f", Some("functions.f:0".into()));
+        sink.arguments("{\"a\"");
+        sink.arguments(":1}");
+        sink.end_call();
+        let mut out = Delta::default();
+        sink.drain_into(&mut out);
+        assert_eq!(out.calls.len(), 1);
+        assert_eq!(out.calls[0].id.as_deref(), Some("functions.f:0"));
+        assert_eq!(out.calls[0].arguments, "{\"a\":1}");
+    }
+
+    #[test]
+    fn ids_have_dynamo_form() {
+        let id = new_call_id();
+        assert!(id.starts_with("call-"));
+        assert_eq!(id.len(), 41);
+    }
+}

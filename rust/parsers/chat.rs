@@ -1,0 +1,110 @@
+//! Reasoning and tool calls in one pass: the reasoning stage's content output
+//! feeds the tool stage, and reasoning ends implicitly at a tool-start marker.
+
+use std::sync::Arc;
+
+use super::registry::{new_reasoning_parser, new_tool_parser, UnknownParser};
+use super::{CallSink, Delta, Message, ParseError, ReasoningParse, ToolParse, Tools};
+
+pub struct ChatParser {
+    reasoning: Option<Box<dyn ReasoningParse>>,
+    tools: Option<Box<dyn ToolParse>>,
+    sink: CallSink,
+    /// Reasoning stage output, reused across feeds.
+    staged: Delta,
+}
+
+/// Options shared by every way of building a [`ChatParser`].
+#[derive(Debug, Clone, Default)]
+pub struct ChatOptions {
+    pub reasoning: Option<String>,
+    pub tool_call: Option<String>,
+    pub tools: Arc<Tools>,
+    pub stream_arguments: bool,
+    pub in_reasoning: Option<bool>,
+}
+
+impl ChatParser {
+    pub fn new(options: &ChatOptions) -> Result<Self, UnknownParser> {
+        let tools = match &options.tool_call {
+            Some(name) => Some(new_tool_parser(name, options.tools.clone())?),
+            None => None,
+        };
+        let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
+        let reasoning = match &options.reasoning {
+            Some(name) => Some(new_reasoning_parser(
+                name,
+                options.in_reasoning,
+                exit_markers,
+            )?),
+            None => None,
+        };
+        Ok(Self {
+            reasoning,
+            tools,
+            sink: CallSink::new(options.stream_arguments),
+            staged: Delta::default(),
+        })
+    }
+
+    /// Feed the next piece of model text; what can be released is appended to `out`.
+    pub fn feed(&mut self, text: &str, out: &mut Delta) {
+        match self.reasoning.as_mut() {
+            Some(reasoning) => {
+                self.staged.clear();
+                reasoning.feed(text, &mut self.staged);
+                out.reasoning.push_str(&self.staged.reasoning);
+                let content = std::mem::take(&mut self.staged.content);
+                self.content(&content, out);
+                self.staged.content = content;
+            }
+            None => self.content(text, out),
+        }
+    }
+
+    /// End of output: everything held is released to `out`.
+    pub fn finish(&mut self, out: &mut Delta) {
+        if let Some(reasoning) = self.reasoning.as_mut() {
+            self.staged.clear();
+            reasoning.finish(&mut self.staged);
+            out.reasoning.push_str(&self.staged.reasoning);
+            let content = std::mem::take(&mut self.staged.content);
+            self.content(&content, out);
+        }
+        if let Some(tools) = self.tools.as_mut() {
+            tools.finish(&mut self.sink);
+            self.sink.drain_into(out);
+        }
+    }
+
+    fn content(&mut self, text: &str, out: &mut Delta) {
+        if text.is_empty() {
+            return;
+        }
+        match self.tools.as_mut() {
+            Some(tools) => {
+                tools.feed(text, &mut self.sink);
+                self.sink.drain_into(out);
+            }
+            None => out.content.push_str(text),
+        }
+    }
+
+    pub fn errors(&self) -> &[ParseError] {
+        self.sink.errors()
+    }
+}
+
+/// Parse a whole output at once. Calls come out whole; the result equals the
+/// concatenation of any streamed run over the same text.
+pub fn parse(text: &str, options: &ChatOptions) -> Result<(Message, Vec<ParseError>), UnknownParser> {
+    let mut options = options.clone();
+    options.stream_arguments = false;
+    let mut parser = ChatParser::new(&options)?;
+    let mut delta = Delta::default();
+    parser.feed(text, &mut delta);
+    parser.finish(&mut delta);
+    let mut message = Message::default();
+    message.push(&delta);
+    Ok((message, parser.errors().to_vec()))
+}

@@ -1,0 +1,2 @@
+//! Incremental JSON scanning for streamed tool-call arguments.
+//! (Placeholder until the JSON formats land.)

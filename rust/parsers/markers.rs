@@ -1,0 +1,134 @@
+//! Finding markers in streamed text, holding back only what might still become one.
+
+use aho_corasick::{AhoCorasick, MatchKind};
+
+/// A set of literal markers legal in one parser state.
+#[derive(Debug, Clone)]
+pub struct MarkerSet {
+    finder: AhoCorasick,
+    markers: Vec<&'static str>,
+    starts_marker: [bool; 256],
+}
+
+/// Result of scanning a piece of pending text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// `markers[marker]` occupies `start..end`.
+    Found {
+        start: usize,
+        end: usize,
+        marker: usize,
+    },
+    /// No complete marker; `text[..hold_from]` is safe to release and
+    /// `text[hold_from..]` may be the beginning of a marker.
+    Partial { hold_from: usize },
+}
+
+impl MarkerSet {
+    pub fn new(markers: &[&'static str]) -> Self {
+        let finder = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(markers)
+            .expect("marker automaton");
+        let mut starts_marker = [false; 256];
+        for m in markers {
+            starts_marker[m.as_bytes()[0] as usize] = true;
+        }
+        Self {
+            finder,
+            markers: markers.to_vec(),
+            starts_marker,
+        }
+    }
+
+    pub fn marker(&self, i: usize) -> &'static str {
+        self.markers[i]
+    }
+
+    /// The earliest complete marker in `text`, or how much of `text` can be released.
+    /// A marker found at the very end that is a proper prefix of a longer marker
+    /// is still held, since the longer one may be arriving.
+    pub fn scan(&self, text: &str) -> Scan {
+        if let Some(m) = self.finder.find(text) {
+            let (start, end) = (m.start(), m.end());
+            let found = self.markers[m.pattern().as_usize()];
+            let could_grow = end == text.len()
+                && self
+                    .markers
+                    .iter()
+                    .any(|longer| longer.len() > found.len() && longer.starts_with(found));
+            if !could_grow {
+                return Scan::Found {
+                    start,
+                    end,
+                    marker: m.pattern().as_usize(),
+                };
+            }
+            return Scan::Partial { hold_from: start };
+        }
+        Scan::Partial {
+            hold_from: self.hold_from(text),
+        }
+    }
+
+    /// Start of the longest suffix of `text` that is a proper prefix of some marker,
+    /// on a character boundary; `text.len()` when nothing needs holding.
+    pub fn hold_from(&self, text: &str) -> usize {
+        let bytes = text.as_bytes();
+        let longest = self.markers.iter().map(|m| m.len()).max().unwrap_or(1);
+        let window = bytes.len().saturating_sub(longest - 1);
+        for pos in window..bytes.len() {
+            if !self.starts_marker[bytes[pos] as usize] || !text.is_char_boundary(pos) {
+                continue;
+            }
+            let tail = &bytes[pos..];
+            if self
+                .markers
+                .iter()
+                .any(|m| m.len() > tail.len() && m.as_bytes().starts_with(tail))
+            {
+                return pos;
+            }
+        }
+        bytes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_partial_marker_on_char_boundary() {
+        let set = MarkerSet::new(&["◁/think▷"]);
+        let text = "abc◁/thi";
+        assert_eq!(set.scan(text), Scan::Partial { hold_from: 3 });
+        assert_eq!(set.hold_from("abc"), 3);
+    }
+
+    #[test]
+    fn finds_earliest_marker() {
+        let set = MarkerSet::new(&["</think>", "<tool_call>"]);
+        match set.scan("a<tool_call>b</think>") {
+            Scan::Found { start, end, marker } => {
+                assert_eq!((start, end), (1, 12));
+                assert_eq!(set.marker(marker), "<tool_call>");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn holds_marker_that_could_grow() {
+        let set = MarkerSet::new(&["<|channel>", "<|channel>thought\n"]);
+        assert_eq!(set.scan("x<|channel>"), Scan::Partial { hold_from: 1 });
+        assert!(matches!(set.scan("x<|channel>t y"), Scan::Found { .. }));
+    }
+
+    #[test]
+    fn lone_angle_is_held_then_released() {
+        let set = MarkerSet::new(&["<tool_call>"]);
+        assert_eq!(set.hold_from("text <"), 5);
+        assert_eq!(set.hold_from("text <x"), 7);
+    }
+}

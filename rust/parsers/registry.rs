@@ -1,0 +1,211 @@
+//! Parser names: canonical ones and the spellings Dynamo, vLLM and SGLang use.
+
+use std::sync::Arc;
+
+use super::{reasoning, tools, ReasoningParse, ToolParse, Tools};
+
+/// A canonical parser name and the other names it answers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParserInfo {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+}
+
+const fn info(name: &'static str, aliases: &'static [&'static str]) -> ParserInfo {
+    ParserInfo { name, aliases }
+}
+
+const REASONING: &[ParserInfo] = &[
+    info("basic", &["think"]),
+    info(
+        "deepseek_r1",
+        &[
+            "deepseek-r1",
+            "deepseek_v3",
+            "deepseek-v3",
+            "deepseekv3",
+            "deepseek_v3_1",
+            "deepseek_v31",
+            "deepseekv31",
+            "deepseek_v3_2",
+            "deepseek_v32",
+            "deepseekv32",
+        ],
+    ),
+    info("deepseek_v4", &["deepseek-v4", "deepseekv4"]),
+    info("qwen3", &["qwen3-thinking", "qwen3_thinking", "interns1"]),
+    info("glm45", &["glm47", "glm", "glm4"]),
+    info("kimi", &[]),
+    info("kimi_k2", &["kimi_k25", "kimi-k2", "kimi-k25", "kimi_k2_thinking"]),
+    info("kimi_k3", &["kimi-k3"]),
+    info("mistral", &[]),
+    info("gpt_oss", &["gpt-oss", "openai_gptoss", "openai", "harmony"]),
+    info("granite", &[]),
+    info("step3", &["step3p5"]),
+    info(
+        "nemotron_v3",
+        &["nemotron_nano", "nemotron3", "nemotron_3", "nemotron-v3"],
+    ),
+    info("nemotron_deci", &[]),
+    info("minimax_m2", &["minimax", "minimax-m2"]),
+    info(
+        "minimax_append_think",
+        &["minimax_m2_append_think", "minimax-append-think"],
+    ),
+    info("minimax_m3", &["minimax-m3"]),
+    info("gemma4", &["gemma-4"]),
+];
+
+const TOOL_CALL: &[ParserInfo] = &[
+    info("hermes", &["qwen25", "qwen", "qwen2_5"]),
+    info("llama3_json", &["llama3", "llama4_json", "llama"]),
+    info("mistral", &[]),
+    info("pythonic", &["llama4_pythonic", "olmo3"]),
+    info("deepseek_v3", &["deepseekv3", "deepseek-v3", "deepseek_r1"]),
+    info(
+        "deepseek_v3_1",
+        &["deepseek_v31", "deepseekv31", "deepseek-v3.1", "deepseek-v31"],
+    ),
+    info("deepseek_v3_2", &["deepseek_v32", "deepseekv32", "deepseek-v32"]),
+    info("deepseek_v4", &["deepseek-v4", "deepseekv4"]),
+    info(
+        "qwen3_coder",
+        &["qwen3_xml", "qwen3-coder", "nemotron_nano", "mimo", "step3p5"],
+    ),
+    info("glm45", &["glm", "glm4"]),
+    info("glm47", &["glm-4.7"]),
+    info("kimi_k2", &["kimi-k2", "kimi_k25"]),
+    info("harmony", &["openai", "gpt-oss", "gpt_oss"]),
+    info("minimax_m2", &["minimax-m2"]),
+    info("gemma4", &["gemma-4"]),
+    info("jamba", &[]),
+    info("phi4", &["phi4_mini_json", "phi-4"]),
+    info("nemotron_deci", &[]),
+    info("step3", &[]),
+];
+
+/// Reasoning parsers: canonical names with their aliases.
+pub fn reasoning_parsers() -> &'static [ParserInfo] {
+    REASONING
+}
+
+/// Tool-call parsers: canonical names with their aliases.
+pub fn tool_call_parsers() -> &'static [ParserInfo] {
+    TOOL_CALL
+}
+
+/// A parser name nobody knows; the message lists the valid ones.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} parser `{name}`; valid names: {valid}")]
+pub struct UnknownParser {
+    pub kind: &'static str,
+    pub name: String,
+    pub valid: String,
+}
+
+fn resolve(
+    table: &'static [ParserInfo],
+    kind: &'static str,
+    name: &str,
+) -> Result<&'static str, UnknownParser> {
+    let wanted = name.trim();
+    for entry in table {
+        if entry.name.eq_ignore_ascii_case(wanted)
+            || entry.aliases.iter().any(|a| a.eq_ignore_ascii_case(wanted))
+        {
+            return Ok(entry.name);
+        }
+    }
+    let mut valid: Vec<&str> = table
+        .iter()
+        .flat_map(|e| std::iter::once(e.name).chain(e.aliases.iter().copied()))
+        .collect();
+    valid.sort_unstable();
+    Err(UnknownParser {
+        kind,
+        name: name.to_owned(),
+        valid: valid.join(", "),
+    })
+}
+
+/// Canonical reasoning parser name for any accepted spelling.
+pub fn canonical_reasoning(name: &str) -> Result<&'static str, UnknownParser> {
+    resolve(REASONING, "reasoning", name)
+}
+
+/// Canonical tool-call parser name for any accepted spelling.
+pub fn canonical_tool_call(name: &str) -> Result<&'static str, UnknownParser> {
+    resolve(TOOL_CALL, "tool-call", name)
+}
+
+/// Spellings that also say the output starts inside reasoning.
+fn forced_by_name(name: &str) -> bool {
+    matches!(name.trim(), "qwen3-thinking" | "qwen3_thinking")
+}
+
+/// A reasoning parser. `in_reasoning` overrides the family's own default for
+/// whether output starts inside reasoning (the chat template opened it).
+/// `exit_markers` end reasoning implicitly and are passed on as content intact.
+pub fn new_reasoning_parser(
+    name: &str,
+    in_reasoning: Option<bool>,
+    exit_markers: &'static [&'static str],
+) -> Result<Box<dyn ReasoningParse>, UnknownParser> {
+    let canonical = canonical_reasoning(name)?;
+    let in_reasoning = in_reasoning.or(forced_by_name(name).then_some(true));
+    Ok(reasoning::build(canonical, in_reasoning, exit_markers))
+}
+
+/// A tool-call parser for the request's `tools` (used by schema-typed formats).
+pub fn new_tool_parser(
+    name: &str,
+    tools: Arc<Tools>,
+) -> Result<Box<dyn ToolParse>, UnknownParser> {
+    let canonical = canonical_tool_call(name)?;
+    Ok(tools::build(canonical, tools))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_resolve() {
+        assert_eq!(canonical_tool_call("qwen25").unwrap(), "hermes");
+        assert_eq!(canonical_tool_call("gpt-oss").unwrap(), "harmony");
+        assert_eq!(canonical_tool_call("deepseekv31").unwrap(), "deepseek_v3_1");
+        assert_eq!(canonical_reasoning("deepseek-r1").unwrap(), "deepseek_r1");
+    }
+
+    #[test]
+    fn unknown_lists_valid_names() {
+        let err = canonical_tool_call("nope").unwrap_err();
+        assert!(err.to_string().contains("hermes"));
+        assert!(err.to_string().contains("`nope`"));
+    }
+
+    #[test]
+    fn every_name_builds() {
+        let tools = Arc::new(Tools::default());
+        for entry in reasoning_parsers() {
+            new_reasoning_parser(entry.name, None, &[]).unwrap();
+        }
+        for entry in tool_call_parsers() {
+            new_tool_parser(entry.name, tools.clone()).unwrap();
+        }
+    }
+
+    #[test]
+    fn no_name_is_claimed_twice() {
+        for table in [REASONING, TOOL_CALL] {
+            let mut all: Vec<&str> = table
+                .iter()
+                .flat_map(|e| std::iter::once(e.name).chain(e.aliases.iter().copied()))
+                .collect();
+            let n = all.len();
+            all.sort_unstable();
+            all.dedup();
+            assert_eq!(all.len(), n);
+        }
+    }
+}

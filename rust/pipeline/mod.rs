@@ -1,0 +1,4 @@
+//! The frontend's pipeline with no HTTP in it: OpenAI request → engine request →
+//! engine output frames → the bytes the reference frontend sends.
+
+pub mod plan;
