@@ -97,7 +97,10 @@ impl ChatParser {
 
 /// Parse a whole output at once. Calls come out whole; the result equals the
 /// concatenation of any streamed run over the same text.
-pub fn parse(text: &str, options: &ChatOptions) -> Result<(Message, Vec<ParseError>), UnknownParser> {
+pub fn parse(
+    text: &str,
+    options: &ChatOptions,
+) -> Result<(Message, Vec<ParseError>), UnknownParser> {
     let mut options = options.clone();
     options.stream_arguments = false;
     let mut parser = ChatParser::new(&options)?;

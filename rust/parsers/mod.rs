@@ -89,7 +89,7 @@ impl Message {
 }
 
 /// Splits model text into reasoning and content.
-pub trait ReasoningParse: Send {
+pub trait ReasoningParse: Send + Sync {
     /// Append the releasable part of `text` to `out.reasoning` / `out.content`.
     fn feed(&mut self, text: &str, out: &mut Delta);
     /// Release everything still held.
@@ -97,7 +97,7 @@ pub trait ReasoningParse: Send {
 }
 
 /// Finds tool calls in content text.
-pub trait ToolParse: Send {
+pub trait ToolParse: Send + Sync {
     /// Consume `text`; plain text goes to `sink.content`, calls through the sink's call methods.
     fn feed(&mut self, text: &str, sink: &mut CallSink);
     /// End of output: release held text, close or drop an unterminated call.

@@ -36,10 +36,16 @@ const REASONING: &[ParserInfo] = &[
     info("qwen3", &["qwen3-thinking", "qwen3_thinking", "interns1"]),
     info("glm45", &["glm47", "glm", "glm4"]),
     info("kimi", &[]),
-    info("kimi_k2", &["kimi_k25", "kimi-k2", "kimi-k25", "kimi_k2_thinking"]),
+    info(
+        "kimi_k2",
+        &["kimi_k25", "kimi-k2", "kimi-k25", "kimi_k2_thinking"],
+    ),
     info("kimi_k3", &["kimi-k3"]),
     info("mistral", &[]),
-    info("gpt_oss", &["gpt-oss", "openai_gptoss", "openai", "harmony"]),
+    info(
+        "gpt_oss",
+        &["gpt-oss", "openai_gptoss", "openai", "harmony"],
+    ),
     info("granite", &[]),
     info("step3", &["step3p5"]),
     info(
@@ -64,13 +70,27 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("deepseek_v3", &["deepseekv3", "deepseek-v3", "deepseek_r1"]),
     info(
         "deepseek_v3_1",
-        &["deepseek_v31", "deepseekv31", "deepseek-v3.1", "deepseek-v31"],
+        &[
+            "deepseek_v31",
+            "deepseekv31",
+            "deepseek-v3.1",
+            "deepseek-v31",
+        ],
     ),
-    info("deepseek_v3_2", &["deepseek_v32", "deepseekv32", "deepseek-v32"]),
+    info(
+        "deepseek_v3_2",
+        &["deepseek_v32", "deepseekv32", "deepseek-v32"],
+    ),
     info("deepseek_v4", &["deepseek-v4", "deepseekv4"]),
     info(
         "qwen3_coder",
-        &["qwen3_xml", "qwen3-coder", "nemotron_nano", "mimo", "step3p5"],
+        &[
+            "qwen3_xml",
+            "qwen3-coder",
+            "nemotron_nano",
+            "mimo",
+            "step3p5",
+        ],
     ),
     info("glm45", &["glm", "glm4"]),
     info("glm47", &["glm-4.7"]),
@@ -157,10 +177,7 @@ pub fn new_reasoning_parser(
 }
 
 /// A tool-call parser for the request's `tools` (used by schema-typed formats).
-pub fn new_tool_parser(
-    name: &str,
-    tools: Arc<Tools>,
-) -> Result<Box<dyn ToolParse>, UnknownParser> {
+pub fn new_tool_parser(name: &str, tools: Arc<Tools>) -> Result<Box<dyn ToolParse>, UnknownParser> {
     let canonical = canonical_tool_call(name)?;
     Ok(tools::build(canonical, tools))
 }

@@ -48,8 +48,12 @@ fn cases() -> Vec<Case> {
                 _ => Tools::default(),
             };
             let options = ChatOptions {
-                reasoning: pick("reasoning").as_ref().and_then(|v| v.as_str().map(str::to_owned)),
-                tool_call: pick("tool_call").as_ref().and_then(|v| v.as_str().map(str::to_owned)),
+                reasoning: pick("reasoning")
+                    .as_ref()
+                    .and_then(|v| v.as_str().map(str::to_owned)),
+                tool_call: pick("tool_call")
+                    .as_ref()
+                    .and_then(|v| v.as_str().map(str::to_owned)),
                 tools: Arc::new(tools),
                 stream_arguments: false,
                 in_reasoning: pick("in_reasoning").and_then(|v| v.as_bool()),
@@ -71,18 +75,45 @@ fn cases() -> Vec<Case> {
 
 fn check(label: &str, how: &str, message: &Message, errors: usize, expect: &Value) {
     let want_content = expect.get("content").and_then(Value::as_str).unwrap_or("");
-    let want_reasoning = expect.get("reasoning_content").and_then(Value::as_str).unwrap_or("");
+    let want_reasoning = expect
+        .get("reasoning_content")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     assert_eq!(message.content, want_content, "{label} [{how}] content");
-    assert_eq!(message.reasoning, want_reasoning, "{label} [{how}] reasoning");
-    let want_calls = expect.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
-    assert_eq!(message.tool_calls.len(), want_calls.len(), "{label} [{how}] call count: {:?}", message.tool_calls);
+    assert_eq!(
+        message.reasoning, want_reasoning,
+        "{label} [{how}] reasoning"
+    );
+    let want_calls = expect
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        message.tool_calls.len(),
+        want_calls.len(),
+        "{label} [{how}] call count: {:?}",
+        message.tool_calls
+    );
     for (i, (got, want)) in message.tool_calls.iter().zip(&want_calls).enumerate() {
         assert_eq!(got.index, i, "{label} [{how}] index");
-        assert_eq!(Some(got.name.as_str()), want["name"].as_str(), "{label} [{how}] name {i}");
-        assert_eq!(Some(got.arguments.as_str()), want["arguments"].as_str(), "{label} [{how}] arguments {i}");
+        assert_eq!(
+            Some(got.name.as_str()),
+            want["name"].as_str(),
+            "{label} [{how}] name {i}"
+        );
+        assert_eq!(
+            Some(got.arguments.as_str()),
+            want["arguments"].as_str(),
+            "{label} [{how}] arguments {i}"
+        );
         match want.get("id").and_then(Value::as_str) {
             Some(id) => assert_eq!(got.id, id, "{label} [{how}] id {i}"),
-            None => assert!(got.id.starts_with("call-"), "{label} [{how}] id {i}: {}", got.id),
+            None => assert!(
+                got.id.starts_with("call-"),
+                "{label} [{how}] id {i}: {}",
+                got.id
+            ),
         }
     }
     if let Some(n) = expect.get("errors").and_then(Value::as_u64) {
@@ -92,7 +123,11 @@ fn check(label: &str, how: &str, message: &Message, errors: usize, expect: &Valu
 
 /// Chunkings every case must survive: single characters, small pieces, halves, whole.
 fn chunkings(text: &str) -> Vec<(String, Vec<&str>)> {
-    let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+    let bounds: Vec<usize> = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([text.len()])
+        .collect();
     let by = |step: usize| -> Vec<&str> {
         let mut pieces = Vec::new();
         let mut i = 0;
@@ -139,14 +174,26 @@ fn golden_cases_batch_and_streamed() {
         let clean = errors.is_empty();
         for (how, pieces) in chunkings(&case.text) {
             let (message, errors) = stream(&pieces, &case.options);
-            check(&case.label, &format!("whole calls, {how}"), &message, errors, &case.expect);
+            check(
+                &case.label,
+                &format!("whole calls, {how}"),
+                &message,
+                errors,
+                &case.expect,
+            );
             // Streamed arguments can't take back a call that later turns out malformed,
             // so only clean cases must agree in that mode.
             if clean {
                 let mut streamed = case.options.clone();
                 streamed.stream_arguments = true;
                 let (message, errors) = stream(&pieces, &streamed);
-                check(&case.label, &format!("streamed arguments, {how}"), &message, errors, &case.expect);
+                check(
+                    &case.label,
+                    &format!("streamed arguments, {how}"),
+                    &message,
+                    errors,
+                    &case.expect,
+                );
             }
         }
     }

@@ -1,0 +1,48 @@
+"""Streaming reasoning and tool-call parsers for the formats of Dynamo, vLLM and SGLang.
+
+Every parser is a push parser: ``feed(text)`` returns what can be released now,
+``finish()`` releases what was held back. The concatenation of a streamed run
+equals ``parse()`` of the whole text, for any chunking.
+
+>>> from shakedown.parsers import ChatParser
+>>> p = ChatParser(reasoning="deepseek_r1", tool_call="hermes")
+"""
+
+from shakedown._core import (
+    CallDelta,
+    ChatParser,
+    Delta,
+    Message,
+    ReasoningParser,
+    ToolCall,
+    ToolCallParser,
+    parse,
+)
+from shakedown._core import reasoning_parsers as _reasoning_parsers
+from shakedown._core import tool_call_parsers as _tool_call_parsers
+from shakedown._core import UnknownParserError
+
+
+def reasoning_parsers() -> dict[str, list[str]]:
+    """Canonical reasoning parser names, each with the aliases it answers to."""
+    return dict(_reasoning_parsers())
+
+
+def tool_call_parsers() -> dict[str, list[str]]:
+    """Canonical tool-call parser names, each with the aliases it answers to."""
+    return dict(_tool_call_parsers())
+
+
+__all__ = [
+    "CallDelta",
+    "ChatParser",
+    "Delta",
+    "Message",
+    "ReasoningParser",
+    "ToolCall",
+    "ToolCallParser",
+    "UnknownParserError",
+    "parse",
+    "reasoning_parsers",
+    "tool_call_parsers",
+]

@@ -1,0 +1,376 @@
+//! `shakedown.parsers`: push parsers whose `feed` returns a small delta object.
+//! Fields are converted on access, so a feed that releases nothing costs one
+//! allocation.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use super::errors::{shakedown_error, unknown_parser};
+use crate::parsers::{self, chat::ChatOptions, Tools};
+
+fn none_if_empty(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// Python's repr of an optional string, near enough for debugging output.
+fn repr_opt(s: Option<&str>) -> String {
+    s.map_or_else(|| "None".to_owned(), |s| format!("{s:?}"))
+}
+
+/// One call's part of a streamed delta.
+#[pyclass(module = "shakedown._core", frozen, get_all)]
+pub struct CallDelta {
+    index: usize,
+    id: Option<String>,
+    name: Option<String>,
+    arguments: String,
+}
+
+#[pymethods]
+impl CallDelta {
+    fn __repr__(&self) -> String {
+        format!(
+            "CallDelta(index={}, id={}, name={}, arguments={:?})",
+            self.index,
+            repr_opt(self.id.as_deref()),
+            repr_opt(self.name.as_deref()),
+            self.arguments
+        )
+    }
+}
+
+/// What one `feed` or `finish` released.
+#[pyclass(module = "shakedown._core", frozen)]
+pub struct Delta {
+    inner: parsers::Delta,
+}
+
+#[pymethods]
+impl Delta {
+    #[getter]
+    fn content(&self) -> Option<&str> {
+        none_if_empty(&self.inner.content)
+    }
+
+    #[getter]
+    fn reasoning_content(&self) -> Option<&str> {
+        none_if_empty(&self.inner.reasoning)
+    }
+
+    #[getter]
+    fn calls(&self) -> Vec<CallDelta> {
+        self.inner
+            .calls
+            .iter()
+            .map(|c| CallDelta {
+                index: c.index,
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            })
+            .collect()
+    }
+
+    fn __bool__(&self) -> bool {
+        !self.inner.is_empty()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Delta(content={}, reasoning_content={}, calls={})",
+            repr_opt(self.content()),
+            repr_opt(self.reasoning_content()),
+            self.inner.calls.len()
+        )
+    }
+}
+
+fn tools_from_py(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<Tools>> {
+    let Some(tools) = tools.filter(|t| !t.is_none()) else {
+        return Ok(Arc::default());
+    };
+    let text: String = py
+        .import("json")?
+        .call_method1("dumps", (tools,))?
+        .extract()?;
+    Tools::from_json(text.as_bytes())
+        .map(Arc::new)
+        .map_err(|e| shakedown_error(py, format!("invalid tools: {e}")))
+}
+
+fn parse_errors<'py>(
+    py: Python<'py>,
+    errors: &[parsers::ParseError],
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for err in errors {
+        let item = PyDict::new(py);
+        item.set_item("index", err.index)?;
+        item.set_item("message", &err.message)?;
+        list.append(item)?;
+    }
+    Ok(list)
+}
+
+/// The shared engine behind the three public parser classes.
+struct Engine {
+    parser: parsers::ChatParser,
+}
+
+impl Engine {
+    fn new(py: Python<'_>, options: &ChatOptions) -> PyResult<Self> {
+        parsers::ChatParser::new(options)
+            .map(|parser| Self { parser })
+            .map_err(|e| unknown_parser(py, e))
+    }
+
+    fn feed(&mut self, text: &str) -> Delta {
+        let mut inner = parsers::Delta::default();
+        self.parser.feed(text, &mut inner);
+        Delta { inner }
+    }
+
+    fn finish(&mut self) -> Delta {
+        let mut inner = parsers::Delta::default();
+        self.parser.finish(&mut inner);
+        Delta { inner }
+    }
+}
+
+/// Splits streamed model text into `reasoning_content` and `content`.
+#[pyclass(module = "shakedown._core")]
+pub struct ReasoningParser {
+    engine: Engine,
+}
+
+#[pymethods]
+impl ReasoningParser {
+    #[new]
+    #[pyo3(signature = (name, *, in_reasoning=None))]
+    fn new(py: Python<'_>, name: &str, in_reasoning: Option<bool>) -> PyResult<Self> {
+        let options = ChatOptions {
+            reasoning: Some(name.to_owned()),
+            in_reasoning,
+            ..ChatOptions::default()
+        };
+        Ok(Self {
+            engine: Engine::new(py, &options)?,
+        })
+    }
+
+    fn feed(&mut self, text: &str) -> Delta {
+        self.engine.feed(text)
+    }
+
+    fn finish(&mut self) -> Delta {
+        self.engine.finish()
+    }
+}
+
+/// Finds tool calls in streamed content.
+#[pyclass(module = "shakedown._core")]
+pub struct ToolCallParser {
+    engine: Engine,
+}
+
+#[pymethods]
+impl ToolCallParser {
+    #[new]
+    #[pyo3(signature = (name, *, tools=None, stream_arguments=true))]
+    fn new(
+        py: Python<'_>,
+        name: &str,
+        tools: Option<&Bound<'_, PyAny>>,
+        stream_arguments: bool,
+    ) -> PyResult<Self> {
+        let options = ChatOptions {
+            tool_call: Some(name.to_owned()),
+            tools: tools_from_py(py, tools)?,
+            stream_arguments,
+            ..ChatOptions::default()
+        };
+        Ok(Self {
+            engine: Engine::new(py, &options)?,
+        })
+    }
+
+    fn feed(&mut self, text: &str) -> Delta {
+        self.engine.feed(text)
+    }
+
+    fn finish(&mut self) -> Delta {
+        self.engine.finish()
+    }
+
+    #[getter]
+    fn errors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        parse_errors(py, self.engine.parser.errors())
+    }
+}
+
+/// Reasoning and tool calls in one pass.
+#[pyclass(module = "shakedown._core")]
+pub struct ChatParser {
+    engine: Engine,
+}
+
+#[pymethods]
+impl ChatParser {
+    #[new]
+    #[pyo3(signature = (*, reasoning=None, tool_call=None, tools=None, stream_arguments=true, in_reasoning=None))]
+    fn new(
+        py: Python<'_>,
+        reasoning: Option<&str>,
+        tool_call: Option<&str>,
+        tools: Option<&Bound<'_, PyAny>>,
+        stream_arguments: bool,
+        in_reasoning: Option<bool>,
+    ) -> PyResult<Self> {
+        let options = ChatOptions {
+            reasoning: reasoning.map(str::to_owned),
+            tool_call: tool_call.map(str::to_owned),
+            tools: tools_from_py(py, tools)?,
+            stream_arguments,
+            in_reasoning,
+        };
+        Ok(Self {
+            engine: Engine::new(py, &options)?,
+        })
+    }
+
+    fn feed(&mut self, text: &str) -> Delta {
+        self.engine.feed(text)
+    }
+
+    fn finish(&mut self) -> Delta {
+        self.engine.finish()
+    }
+
+    #[getter]
+    fn errors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        parse_errors(py, self.engine.parser.errors())
+    }
+}
+
+/// A complete tool call.
+#[pyclass(module = "shakedown._core", frozen, get_all)]
+pub struct ToolCall {
+    index: usize,
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+#[pymethods]
+impl ToolCall {
+    fn __repr__(&self) -> String {
+        format!(
+            "ToolCall(index={}, id={:?}, name={:?}, arguments={:?})",
+            self.index, self.id, self.name, self.arguments
+        )
+    }
+}
+
+/// A whole parsed message.
+#[pyclass(module = "shakedown._core", frozen)]
+pub struct Message {
+    inner: parsers::Message,
+    errors: Vec<parsers::ParseError>,
+}
+
+#[pymethods]
+impl Message {
+    #[getter]
+    fn content(&self) -> Option<&str> {
+        none_if_empty(&self.inner.content)
+    }
+
+    #[getter]
+    fn reasoning_content(&self) -> Option<&str> {
+        none_if_empty(&self.inner.reasoning)
+    }
+
+    #[getter]
+    fn tool_calls(&self) -> Vec<ToolCall> {
+        self.inner
+            .tool_calls
+            .iter()
+            .map(|c| ToolCall {
+                index: c.index,
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            })
+            .collect()
+    }
+
+    #[getter]
+    fn errors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        parse_errors(py, &self.errors)
+    }
+
+    fn __repr__(&self) -> String {
+        let calls: Vec<String> = self.tool_calls().iter().map(ToolCall::__repr__).collect();
+        format!(
+            "Message(content={}, reasoning_content={}, tool_calls=[{}])",
+            repr_opt(self.content()),
+            repr_opt(self.reasoning_content()),
+            calls.join(", ")
+        )
+    }
+}
+
+/// Parse a whole output at once; equal to the concatenation of any streamed run.
+#[pyfunction]
+#[pyo3(signature = (text, *, reasoning=None, tool_call=None, tools=None, in_reasoning=None))]
+fn parse(
+    py: Python<'_>,
+    text: &str,
+    reasoning: Option<&str>,
+    tool_call: Option<&str>,
+    tools: Option<&Bound<'_, PyAny>>,
+    in_reasoning: Option<bool>,
+) -> PyResult<Message> {
+    let options = ChatOptions {
+        reasoning: reasoning.map(str::to_owned),
+        tool_call: tool_call.map(str::to_owned),
+        tools: tools_from_py(py, tools)?,
+        stream_arguments: false,
+        in_reasoning,
+    };
+    let (inner, errors) =
+        parsers::chat::parse(text, &options).map_err(|e| unknown_parser(py, e))?;
+    Ok(Message { inner, errors })
+}
+
+fn names(table: &[parsers::ParserInfo]) -> Vec<(&'static str, Vec<&'static str>)> {
+    table.iter().map(|p| (p.name, p.aliases.to_vec())).collect()
+}
+
+/// Canonical reasoning parser names, each with its aliases.
+#[pyfunction]
+fn reasoning_parsers() -> Vec<(&'static str, Vec<&'static str>)> {
+    names(parsers::reasoning_parsers())
+}
+
+/// Canonical tool-call parser names, each with its aliases.
+#[pyfunction]
+fn tool_call_parsers() -> Vec<(&'static str, Vec<&'static str>)> {
+    names(parsers::tool_call_parsers())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Delta>()?;
+    m.add_class::<CallDelta>()?;
+    m.add_class::<ReasoningParser>()?;
+    m.add_class::<ToolCallParser>()?;
+    m.add_class::<ChatParser>()?;
+    m.add_class::<ToolCall>()?;
+    m.add_class::<Message>()?;
+    m.add_function(wrap_pyfunction!(parse, m)?)?;
+    m.add_function(wrap_pyfunction!(reasoning_parsers, m)?)?;
+    m.add_function(wrap_pyfunction!(tool_call_parsers, m)?)?;
+    Ok(())
+}
