@@ -15,7 +15,7 @@ ARGS = {
     "city": "Zürich",
     "days": 3,
     "units": "metric",
-    "filters": {"hourly": True, "fields": ["temp", "rain", "wind"], "note": "a {brace} \"quote\""},
+    "filters": {"hourly": True, "fields": ["temp", "rain", "wind"], "note": 'a {brace} "quote"'},
 }
 
 FORMATS = {

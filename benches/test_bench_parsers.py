@@ -12,8 +12,8 @@ import statistics
 import time
 
 import pytest
-from corpus import FORMATS, TOOLS, output_text, token_chunks
 
+from corpus import FORMATS, TOOLS, output_text, token_chunks
 from shakedown.parsers import ChatParser
 
 SIZES = {"2KB": 2 * 1024, "32KB": 32 * 1024, "256KB": 256 * 1024}
@@ -57,6 +57,4 @@ def test_linearity_table(capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         print("\nformat                 ns/chunk 2KB  32KB   256KB   per-byte 256KB/2KB")
         for fmt, ns, ratio in rows:
-            print(
-                f"{fmt:22} {ns['2KB']:8.0f} {ns['32KB']:6.0f} {ns['256KB']:7.0f}   {ratio:5.2f}x"
-            )
+            print(f"{fmt:22} {ns['2KB']:8.0f} {ns['32KB']:6.0f} {ns['256KB']:7.0f}   {ratio:5.2f}x")

@@ -29,7 +29,7 @@ def load_cases() -> list[Case]:
             doc = json.loads(path.read_text(encoding="utf-8"))
             for raw in doc["cases"]:
 
-                def pick(key: str, raw: dict[str, Any] = raw) -> Any:
+                def pick(key: str, raw: dict[str, Any] = raw, doc: dict[str, Any] = doc) -> Any:
                     return raw.get(key, doc.get(key))
 
                 case = Case(

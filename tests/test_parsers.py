@@ -3,15 +3,16 @@ under every chunking (property-tested), plus the API's contract."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parser_cases import CASES, Case
 
 import shakedown
+from parser_cases import CASES, Case
 from shakedown.parsers import (
     ChatParser,
     ReasoningParser,
@@ -88,7 +89,7 @@ def chunked_case(draw: st.DrawFn) -> tuple[Case, list[str]]:
     case = draw(st.sampled_from(CASES))
     cuts = sorted(draw(st.sets(st.integers(0, len(case.text)), max_size=12)))
     bounds = [0, *cuts, len(case.text)]
-    return case, [case.text[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    return case, [case.text[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -116,8 +117,23 @@ def test_streaming_equals_batch_for_any_chunking(
         st.one_of(
             st.text(max_size=12),
             st.sampled_from(
-                ["<think>", "</think>", "<tool_call>", "</tool_call>", "{", "}", '"', "<", "[",
-                 "<|", "|>", "◁think▷", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "\\"]
+                [
+                    "<think>",
+                    "</think>",
+                    "<tool_call>",
+                    "</tool_call>",
+                    "{",
+                    "}",
+                    '"',
+                    "<",
+                    "[",
+                    "<|",
+                    "|>",
+                    "◁think▷",
+                    "[TOOL_CALLS]",
+                    "<｜tool▁calls▁begin｜>",
+                    "\\",
+                ]
             ),
         ),
         max_size=30,

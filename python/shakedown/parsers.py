@@ -16,11 +16,11 @@ from shakedown._core import (
     ReasoningParser,
     ToolCall,
     ToolCallParser,
+    UnknownParserError,
     parse,
 )
 from shakedown._core import reasoning_parsers as _reasoning_parsers
 from shakedown._core import tool_call_parsers as _tool_call_parsers
-from shakedown._core import UnknownParserError
 
 
 def reasoning_parsers() -> dict[str, list[str]]:
