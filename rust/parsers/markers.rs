@@ -51,12 +51,13 @@ impl MarkerSet {
     pub fn scan(&self, text: &str) -> Scan {
         if let Some(m) = self.finder.find(text) {
             let (start, end) = (m.start(), m.end());
-            let found = self.markers[m.pattern().as_usize()];
-            let could_grow = end == text.len()
-                && self
-                    .markers
-                    .iter()
-                    .any(|longer| longer.len() > found.len() && longer.starts_with(found));
+            // Everything from the match on may still be the start of a longer
+            // marker (`<|channel>t` of `<|channel>thought\n`), not only a bare match.
+            let rest = &text[start..];
+            let could_grow = self
+                .markers
+                .iter()
+                .any(|longer| longer.len() > rest.len() && longer.starts_with(rest));
             if !could_grow {
                 return Scan::Found {
                     start,
@@ -122,6 +123,7 @@ mod tests {
     fn holds_marker_that_could_grow() {
         let set = MarkerSet::new(&["<|channel>", "<|channel>thought\n"]);
         assert_eq!(set.scan("x<|channel>"), Scan::Partial { hold_from: 1 });
+        assert_eq!(set.scan("x<|channel>tho"), Scan::Partial { hold_from: 1 });
         assert!(matches!(set.scan("x<|channel>t y"), Scan::Found { .. }));
     }
 

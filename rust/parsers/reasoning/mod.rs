@@ -1,21 +1,160 @@
-//! Reasoning parsers, one state machine shared by the `<think>`-style families.
-//! (Placeholder until the families land.)
+//! Reasoning parsers: one delimited state machine configured per family, plus
+//! Harmony channels (gpt_oss) and MiniMax's append-think passthrough.
+//!
+//! Forced starts follow Dynamo where Dynamo defines the family (deepseek_r1,
+//! step3, nemotron_v3, kimi_k2, mistral, minimax_m2 start inside reasoning;
+//! basic, qwen3, glm45, kimi, nemotron_deci, granite do not). Families Dynamo
+//! lacks follow the model's chat template: kimi_k3's prompt opens the think
+//! channel, deepseek_v4 and minimax_m3 leave it to `in_reasoning`.
+
+mod delimited;
+mod harmony;
+
+use delimited::{Delimited, Family};
 
 use super::{Delta, ReasoningParse};
 
-struct Passthrough;
+const THINK: &[&str] = &["<think>"];
+const UNTHINK: &[&str] = &["</think>"];
 
-impl ReasoningParse for Passthrough {
+const fn think(name: &'static str, forced: bool) -> Family {
+    Family {
+        name,
+        openers: THINK,
+        closers: UNTHINK,
+        forced,
+        labels: &[],
+        honours_exits: true,
+        own_exits: &[],
+        multi_span: true,
+        drop_stray: true,
+        framing: &[],
+    }
+}
+
+static BASIC: Family = think("basic", false);
+/// Dynamo's captures show tool markup staying inside deepseek_r1 reasoning
+/// (`chat-unary-toolcall-without-think`), so tool markers do not end it.
+static DEEPSEEK_R1: Family = Family {
+    honours_exits: false,
+    ..think("deepseek_r1", true)
+};
+static DEEPSEEK_V4: Family = Family {
+    own_exits: &["<｜DSML｜tool_calls>", "<｜DSML｜invoke name="],
+    ..think("deepseek_v4", false)
+};
+static QWEN3: Family = think("qwen3", false);
+static GLM45: Family = think("glm45", false);
+static KIMI: Family = Family {
+    openers: &["◁think▷"],
+    closers: &["◁/think▷"],
+    ..think("kimi", false)
+};
+static KIMI_K2: Family = Family {
+    own_exits: &["<|tool_calls_section_begin|>"],
+    ..think("kimi_k2", true)
+};
+/// XTML: `<|open|>think<|sep|>…<|close|>think<|sep|><|open|>response<|sep|>…`.
+/// The response/message wrappers are framing and are dropped; the tools
+/// region is left intact for a tool parser. Opening the response channel also
+/// ends an unclosed think channel.
+static KIMI_K3: Family = Family {
+    openers: &["<|open|>think<|sep|>"],
+    closers: &["<|close|>think<|sep|>", "<|open|>response<|sep|>"],
+    own_exits: &["<|open|>tools<|sep|>"],
+    framing: &[
+        "<|open|>response<|sep|>",
+        "<|close|>response<|sep|>",
+        "<|close|>message<|sep|>",
+        "<|end_of_msg|>",
+    ],
+    ..think("kimi_k3", true)
+};
+static MISTRAL: Family = Family {
+    openers: &["[THINK]"],
+    closers: &["[/THINK]"],
+    ..think("mistral", true)
+};
+/// Plain-text phrases; like Dynamo, one span only, and a later phrase is text.
+static GRANITE: Family = Family {
+    openers: &["Here's my thought process:", "Here is my thought process:"],
+    closers: &["Here's my response:", "Here is my response:"],
+    multi_span: false,
+    drop_stray: false,
+    ..think("granite", false)
+};
+static STEP3: Family = think("step3", true);
+static NEMOTRON_V3: Family = think("nemotron_v3", true);
+static NEMOTRON_DECI: Family = think("nemotron_deci", false);
+static MINIMAX_M2: Family = Family {
+    own_exits: &["<minimax:tool_call>", "<invoke name="],
+    ..think("minimax_m2", true)
+};
+static MINIMAX_M3: Family = Family {
+    openers: &["<mm:think>"],
+    closers: &["</mm:think>"],
+    ..think("minimax_m3", false)
+};
+/// `<|channel>thought\n…<channel|>`; the `thought\n` label is part of the
+/// opener, and a bare `<|channel>` (label missing) opens reasoning too.
+/// Like Dynamo's Gemma 4 parser, a stray closer in content is left alone.
+static GEMMA4: Family = Family {
+    openers: &["<|channel>thought\n", "<|channel>"],
+    closers: &["<channel|>"],
+    drop_stray: false,
+    labels: &["thought\n"],
+    ..think("gemma4", false)
+};
+
+/// MiniMax M2 "append think": no split at all; content gets a leading `<think>`
+/// (the template consumed it) so clients see the model's own markup.
+struct AppendThink {
+    started: bool,
+}
+
+impl ReasoningParse for AppendThink {
     fn feed(&mut self, text: &str, out: &mut Delta) {
+        if text.is_empty() {
+            return;
+        }
+        if !self.started {
+            self.started = true;
+            out.content.push_str("<think>");
+        }
         out.content.push_str(text);
     }
+
     fn finish(&mut self, _out: &mut Delta) {}
 }
 
+/// A parser for a canonical family name (see `registry`).
 pub fn build(
-    _family: &'static str,
-    _in_reasoning: Option<bool>,
-    _exit_markers: &'static [&'static str],
+    family: &'static str,
+    in_reasoning: Option<bool>,
+    exit_markers: &'static [&'static str],
 ) -> Box<dyn ReasoningParse> {
-    Box::new(Passthrough)
+    let config: &'static Family = match family {
+        "gpt_oss" => return Box::new(harmony::Harmony::new(in_reasoning)),
+        "minimax_append_think" => return Box::new(AppendThink { started: false }),
+        "deepseek_r1" => &DEEPSEEK_R1,
+        "deepseek_v4" => &DEEPSEEK_V4,
+        "qwen3" => &QWEN3,
+        "glm45" => &GLM45,
+        "kimi" => &KIMI,
+        "kimi_k2" => &KIMI_K2,
+        "kimi_k3" => &KIMI_K3,
+        "mistral" => &MISTRAL,
+        "granite" => &GRANITE,
+        "step3" => &STEP3,
+        "nemotron_v3" => &NEMOTRON_V3,
+        "nemotron_deci" => &NEMOTRON_DECI,
+        "minimax_m2" => &MINIMAX_M2,
+        "minimax_m3" => &MINIMAX_M3,
+        "gemma4" => &GEMMA4,
+        _ => &BASIC,
+    };
+    Box::new(Delimited::new(config, in_reasoning, exit_markers))
 }
+
+#[cfg(test)]
+mod tests;

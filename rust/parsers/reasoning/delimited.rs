@@ -1,0 +1,273 @@
+//! The delimited state machine shared by every marker-pair family.
+//!
+//! Semantics follow Dynamo's streaming `BasicReasoningParser`, which is
+//! what its pipeline runs (the batch path, which trims, is never used there):
+//! - whitespace is kept exactly as the model wrote it;
+//! - a forced family starts inside reasoning and drops an opener only at the
+//!   very start of the output; an opener later inside reasoning is plain text.
+//!   The same holds when the caller sets `in_reasoning` (Dynamo's override
+//!   would keep that opener as reasoning text; a leaked marker is never wanted);
+//! - after a closer, an opener starts a further span (spans concatenate) and a
+//!   stray closer in content is dropped;
+//! - an exit marker ends reasoning and goes, with everything after it, to content.
+
+use std::sync::{Mutex, OnceLock};
+
+use super::super::markers::{MarkerSet, Scan};
+use super::super::{Delta, ReasoningParse};
+
+/// How one family's markers behave.
+pub(super) struct Family {
+    pub name: &'static str,
+    pub openers: &'static [&'static str],
+    pub closers: &'static [&'static str],
+    /// Output starts inside reasoning unless the caller says otherwise.
+    pub forced: bool,
+    /// Role labels dropped, like an opener, at the start of a forced output
+    /// (Gemma 4's `thought\n` when the template already opened the channel).
+    pub labels: &'static [&'static str],
+    /// The tool parser's start markers end reasoning (Dynamo's deepseek_r1 keeps
+    /// tool markup inside reasoning, as its captures show).
+    pub honours_exits: bool,
+    /// Markers of the family's own tool region; they end reasoning even without a tool parser.
+    pub own_exits: &'static [&'static str],
+    /// After a closer, look for further openers.
+    pub multi_span: bool,
+    /// Drop a closer met in content (Dynamo's "lossless split" for `<think>` families).
+    pub drop_stray: bool,
+    /// Channel framing that is removed from content (Kimi K3's XTML wrappers).
+    pub framing: &'static [&'static str],
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Open,
+    Close,
+    Exit,
+    Framing,
+}
+
+/// The markers legal in one state, with what each one means.
+struct Stage {
+    set: MarkerSet,
+    markers: Vec<&'static str>,
+    kinds: Vec<Kind>,
+}
+
+impl Stage {
+    fn new(groups: &[(&[&'static str], Kind)]) -> Option<Self> {
+        let mut markers = Vec::new();
+        let mut kinds = Vec::new();
+        for (group, kind) in groups {
+            for m in group.iter() {
+                if !m.is_empty() && !markers.contains(m) {
+                    markers.push(*m);
+                    kinds.push(*kind);
+                }
+            }
+        }
+        (!markers.is_empty()).then(|| Self {
+            set: MarkerSet::new(&markers),
+            markers,
+            kinds,
+        })
+    }
+
+    /// Like `MarkerSet::scan`, but at end of output nothing can still grow:
+    /// a complete marker at the hold point counts (the longest one wins).
+    fn scan(&self, text: &str, last: bool) -> Scan {
+        let scan = self.set.scan(text);
+        match scan {
+            Scan::Partial { hold_from } if last && hold_from < text.len() => {
+                let tail = &text[hold_from..];
+                self.markers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| tail.starts_with(**m))
+                    .max_by_key(|(_, m)| m.len())
+                    .map_or(
+                        Scan::Partial {
+                            hold_from: text.len(),
+                        },
+                        |(i, m)| Scan::Found {
+                            start: hold_from,
+                            end: hold_from + m.len(),
+                            marker: i,
+                        },
+                    )
+            }
+            other => other,
+        }
+    }
+}
+
+struct Stages {
+    reasoning: Stage,
+    content: Option<Stage>,
+}
+
+/// Marker automata are built once per (family, exit markers) pair and shared.
+fn stages(family: &'static Family, exits: &'static [&'static str]) -> &'static Stages {
+    type Entry = (&'static str, &'static [&'static str], &'static Stages);
+    static CACHE: OnceLock<Mutex<Vec<Entry>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, s)) = cache
+        .iter()
+        .find(|(name, ex, _)| *name == family.name && *ex == exits)
+    {
+        return s;
+    }
+    let tool_exits: &[&'static str] = if family.honours_exits { exits } else { &[] };
+    let reasoning = Stage::new(&[
+        (family.closers, Kind::Close),
+        (family.own_exits, Kind::Exit),
+        (tool_exits, Kind::Exit),
+    ])
+    .expect("every family has a closer");
+    let stray: &[&'static str] = if family.drop_stray {
+        family.closers
+    } else {
+        &[]
+    };
+    let content = Stage::new(&[
+        (family.openers, Kind::Open),
+        (stray, Kind::Close),
+        (family.framing, Kind::Framing),
+    ]);
+    let built: &'static Stages = Box::leak(Box::new(Stages { reasoning, content }));
+    cache.push((family.name, exits, built));
+    built
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Forced start, nothing seen yet: an opener here is dropped.
+    Leading,
+    Reasoning,
+    Content,
+    /// Reasoning is over for good (single-span families): no more markers.
+    Passthrough,
+}
+
+pub(super) struct Delimited {
+    family: &'static Family,
+    stages: &'static Stages,
+    state: State,
+    /// Text that may still become a marker, at most one marker long.
+    held: String,
+    scratch: String,
+}
+
+impl Delimited {
+    pub fn new(
+        family: &'static Family,
+        in_reasoning: Option<bool>,
+        exits: &'static [&'static str],
+    ) -> Self {
+        let state = if in_reasoning.unwrap_or(family.forced) {
+            State::Leading
+        } else {
+            State::Content
+        };
+        Self {
+            family,
+            stages: stages(family, exits),
+            state,
+            held: String::new(),
+            scratch: String::new(),
+        }
+    }
+
+    fn after_span(&self) -> State {
+        if self.family.multi_span {
+            State::Content
+        } else {
+            State::Passthrough
+        }
+    }
+
+    /// Consume `buf`; without `last`, a possible marker start at the end is kept in `held`.
+    fn run(&mut self, buf: &str, last: bool, out: &mut Delta) {
+        let mut pos = 0;
+        while pos < buf.len() {
+            let rest = &buf[pos..];
+            match self.state {
+                State::Leading => {
+                    let leading = || self.family.openers.iter().chain(self.family.labels);
+                    if !last && leading().any(|m| m.len() > rest.len() && m.starts_with(rest)) {
+                        self.held.push_str(rest);
+                        return;
+                    }
+                    let opener = leading()
+                        .filter(|m| rest.starts_with(**m))
+                        .max_by_key(|m| m.len());
+                    pos += opener.map_or(0, |m| m.len());
+                    self.state = State::Reasoning;
+                }
+                State::Passthrough => {
+                    out.content.push_str(rest);
+                    return;
+                }
+                State::Reasoning => match self.stages.reasoning.scan(rest, last) {
+                    Scan::Found { start, end, marker } => {
+                        out.reasoning.push_str(&rest[..start]);
+                        if self.stages.reasoning.kinds[marker] == Kind::Exit {
+                            // The tool stage needs the marker itself.
+                            out.content.push_str(&rest[start..end]);
+                        }
+                        self.state = self.after_span();
+                        pos += end;
+                    }
+                    Scan::Partial { hold_from } => {
+                        out.reasoning.push_str(&rest[..hold_from]);
+                        self.held.push_str(&rest[hold_from..]);
+                        return;
+                    }
+                },
+                State::Content => {
+                    let Some(stage) = &self.stages.content else {
+                        out.content.push_str(rest);
+                        return;
+                    };
+                    match stage.scan(rest, last) {
+                        Scan::Found { start, end, marker } => {
+                            out.content.push_str(&rest[..start]);
+                            if stage.kinds[marker] == Kind::Open {
+                                self.state = State::Reasoning;
+                            }
+                            pos += end;
+                        }
+                        Scan::Partial { hold_from } => {
+                            out.content.push_str(&rest[..hold_from]);
+                            self.held.push_str(&rest[hold_from..]);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ReasoningParse for Delimited {
+    fn feed(&mut self, text: &str, out: &mut Delta) {
+        if self.held.is_empty() {
+            self.run(text, false, out);
+            return;
+        }
+        // Rejoin the held marker start with the new text in a reused buffer.
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.push_str(&self.held);
+        buf.push_str(text);
+        self.held.clear();
+        self.run(&buf, false, out);
+        buf.clear();
+        self.scratch = buf;
+    }
+
+    fn finish(&mut self, out: &mut Delta) {
+        let buf = std::mem::take(&mut self.held);
+        self.run(&buf, true, out);
+    }
+}
