@@ -1,0 +1,147 @@
+"""A small OpenAI-endpoint client on stdlib http.client (no SDK at run time)."""
+
+from __future__ import annotations
+
+import http.client
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    content_type: str
+    body: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+    def snippet(self, limit: int = 300) -> str:
+        text = self.body.decode("utf-8", errors="replace")
+        return text if len(text) <= limit else text[:limit] + "..."
+
+
+@dataclass
+class Stream:
+    """A server-sent event stream, read whole, with what was wrong with its framing."""
+
+    status: int
+    content_type: str
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+    problems: list[str] = field(default_factory=list)
+    body: bytes = b""
+
+
+class Client:
+    def __init__(self, base_url: str, api_key: str | None, timeout_s: float) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"OPENAI_BASE_URL must be an http(s) URL, got {base_url!r}")
+        self.base_url = base_url
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout_s)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
+
+    def _headers(self, accept: str) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": accept}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def get(self, path: str) -> Response:
+        return self._send("GET", path, None)
+
+    def post(self, path: str, payload: Any) -> Response:
+        return self._send("POST", path, orjson.dumps(payload))
+
+    def post_raw(self, path: str, body: bytes) -> Response:
+        return self._send("POST", path, body)
+
+    def _send(self, method: str, path: str, body: bytes | None) -> Response:
+        conn = self._connection()
+        try:
+            conn.request(method, self._prefix + path, body=body, headers=self._headers("*/*"))
+            response = conn.getresponse()
+            data = response.read()
+            return Response(response.status, response.getheader("content-type", ""), data)
+        finally:
+            conn.close()
+
+    def stream(self, path: str, payload: Any) -> Stream:
+        """POST with ``stream: true`` and read the SSE stream, noting every framing problem."""
+        conn = self._connection()
+        try:
+            conn.request(
+                "POST",
+                self._prefix + path,
+                body=orjson.dumps(payload),
+                headers=self._headers("text/event-stream"),
+            )
+            response = conn.getresponse()
+            result = Stream(response.status, response.getheader("content-type", ""))
+            if response.status != 200:
+                result.body = response.read()
+                return result
+            _read_events(response, result)
+            return result
+        finally:
+            conn.close()
+
+
+def _read_events(response: http.client.HTTPResponse, result: Stream) -> None:
+    data_lines: list[bytes] = []
+    while True:
+        raw = response.readline()
+        if not raw:
+            break
+        line = raw.rstrip(b"\r\n")
+        if line:
+            if line.startswith(b"data:"):
+                # Both "data: x" and the older "data:x" are valid SSE.
+                data_lines.append(line[5:].removeprefix(b" "))
+            elif not (
+                line.startswith(b":") or line.startswith(b"event:") or line.startswith(b"id:")
+            ):
+                result.problems.append(f"line that is not SSE: {line[:80]!r}")
+            continue
+        if data_lines:
+            _take_event(b"\n".join(data_lines), result)
+            data_lines = []
+    if data_lines:
+        result.problems.append("the stream ended in the middle of an event (no blank line)")
+        _take_event(b"\n".join(data_lines), result)
+    if not result.done:
+        result.problems.append("the stream did not end with 'data: [DONE]'")
+
+
+def _take_event(data: bytes, result: Stream) -> None:
+    if result.done:
+        result.problems.append(f"an event after [DONE]: {data[:80]!r}")
+        return
+    if data == b"[DONE]":
+        result.done = True
+        return
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        result.problems.append(f"an event that is not JSON: {data[:80]!r}")
+        return
+    if not isinstance(chunk, dict):
+        result.problems.append(f"an event that is not a JSON object: {data[:80]!r}")
+        return
+    if "error" in chunk:
+        result.problems.append(f"an error event: {orjson.dumps(chunk['error']).decode()[:200]}")
+        return
+    result.chunks.append(chunk)

@@ -1,0 +1,545 @@
+"""Hold a worker until its gates pass against the loopback endpoint, then release it.
+
+Order of events for a gated worker::
+
+    from_env()  ->  attach(card, engine)          claims the process's one endpoint, starts it,
+                                                  registers the engine
+                ->  gates run                      only once the endpoint serves and the engine
+                                                  is registered
+                ->  all pass: release hooks in order, released() returns, /health ready,
+                              then the endpoint closes
+                    any failure: held; the endpoint stays up for debugging; report says why
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import importlib
+import inspect
+import logging
+import os
+import secrets
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from .config import Hold, ValidationConfig
+from .gates import GateContext, run_gates
+from .report import GateResult, ValidationReport
+
+logger = logging.getLogger("shakedown.validation")
+
+State = Literal["unattached", "waiting", "running", "released", "held"]
+ReleaseHook = Callable[[], object]
+
+
+class LocalEndpoint(Protocol):
+    """What validation needs of a loopback endpoint."""
+
+    @property
+    def port(self) -> int: ...
+
+    def start(self) -> object:
+        """Bind and serve; the port accepts connections when this returns."""
+
+    def stop(self) -> object: ...
+
+    def register_engine(self, engine: Any) -> None:
+        """Make ``engine`` serve the card's model; until then model requests get 503."""
+
+
+class EndpointFactory(Protocol):
+    """Builds the (not yet started) endpoint for ``card``, or None when the card may not have
+    one (a LoRA, a prefill-only worker, ...), having logged why."""
+
+    def __call__(
+        self, card: Any, *, port: int, api_key: str, enable_rl: bool
+    ) -> LocalEndpoint | None: ...
+
+
+class _Loopback:
+    """``shakedown.endpoint``'s endpoint seen through the :class:`LocalEndpoint` protocol."""
+
+    def __init__(self, endpoint: Any, registry: Any, engine_key: str) -> None:
+        self._endpoint = endpoint
+        self._registry = registry
+        self._engine_key = engine_key
+
+    @property
+    def port(self) -> int:
+        port: int = self._endpoint.port
+        return port
+
+    def start(self) -> object:
+        return self._endpoint.start()
+
+    def stop(self) -> object:
+        return self._endpoint.stop()
+
+    def register_engine(self, engine: Any) -> None:
+        self._registry.register(self._engine_key, engine)
+
+
+def loopback_endpoint(
+    card: Any, *, port: int, api_key: str, enable_rl: bool
+) -> LocalEndpoint | None:
+    """The production endpoint: the embedded Dynamo-parity pipeline on 127.0.0.1."""
+    # Imported late: the endpoint pulls in the Rust core, which the gate logic and workers
+    # with validation off never need.
+    endpoint_api = importlib.import_module("shakedown.endpoint")
+    reason = endpoint_api.ineligibility(card)
+    if reason is not None:
+        logger.warning("worker validation: no local endpoint for %r: %s", card.name, reason)
+        return None
+    registry = endpoint_api.EngineRegistry()
+    endpoint = endpoint_api.LocalEndpoint(
+        card,
+        endpoint_api.build_pipeline(card),
+        registry,
+        port=port,
+        api_key=api_key,
+        enable_rl=enable_rl,
+    )
+    return _Loopback(endpoint, registry, card.endpoint)
+
+
+# One local endpoint per process, whichever WorkerValidation object asks: two listeners would
+# validate one worker twice, and a fixed DYN_WORKER_VALIDATION_LOCAL_PORT cannot bind twice.
+_claim_lock = threading.Lock()
+_claim_owner: WorkerValidation | None = None
+_claim_model: str | None = None
+
+
+class WorkerValidation:
+    """One worker's validation: configuration, the claimed endpoint, gates, outcome, health."""
+
+    def __init__(
+        self,
+        config: ValidationConfig,
+        *,
+        endpoint_factory: EndpointFactory = loopback_endpoint,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.config = config
+        self._endpoint_factory = endpoint_factory
+        self._log_dir = log_dir
+        self._lock = threading.Lock()
+        self._state: State = "unattached"
+        self._reason = "waiting for the worker to attach its model"
+        self._attached = False
+        self._model: str | None = None
+        self._card: Any = None
+        self._endpoint: LocalEndpoint | None = None
+        self._api_key = secrets.token_urlsafe(32)
+        self._engine_registered = threading.Event()
+        self._cancel = threading.Event()
+        self._released = threading.Event()
+        self._finished = threading.Event()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._hooks: list[tuple[str, ReleaseHook, asyncio.AbstractEventLoop | None]] = []
+        self._thread: threading.Thread | None = None
+        self._report: ValidationReport | None = None
+        self._start_clock = time.monotonic()
+        self._start_wall = time.time()
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        endpoint_factory: EndpointFactory = loopback_endpoint,
+    ) -> WorkerValidation:
+        """Read ``DYN_WORKER_VALIDATION_*``; raise ``ValidationConfigError`` on a bad value."""
+        config = ValidationConfig.from_env(os.environ if environ is None else environ)
+        if config.enabled:
+            names = ", ".join(repr(gate.name) for gate in config.gates)
+            logger.info(
+                "worker validation on: gates %s, hold=%s%s",
+                names,
+                config.hold.value,
+                ", in parallel" if config.parallel else "",
+            )
+        return cls(config, endpoint_factory=endpoint_factory)
+
+    # --- state -----------------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def reason(self) -> str:
+        return self._reason
+
+    @property
+    def report(self) -> ValidationReport | None:
+        return self._report
+
+    @property
+    def api_key(self) -> str:
+        """The bearer token the local endpoint requires (random, for this process only)."""
+        return self._api_key
+
+    @property
+    def endpoint(self) -> LocalEndpoint | None:
+        return self._endpoint
+
+    @property
+    def is_released(self) -> bool:
+        return self._released.is_set()
+
+    @property
+    def health_ready(self) -> bool:
+        """Whether ``/health`` should say ready: always under hold=card, after release otherwise."""
+        return self.config.hold is Hold.CARD or not self.enabled or self.is_released
+
+    # --- setup -----------------------------------------------------------------------------
+
+    def add_release_hook(self, hook: ReleaseHook, *, name: str | None = None) -> None:
+        """Run ``hook`` on release, after the hooks added before it (publishing the card is one).
+
+        A hook that returns an awaitable is awaited on the event loop that was running when it
+        was added (so it may touch that loop's objects); a plain hook runs on the validation
+        thread. A hook that raises keeps the worker held.
+        """
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            if self._finished.is_set():
+                raise RuntimeError("release hooks must be added before validation finishes")
+            label = name or str(getattr(hook, "__qualname__", repr(hook)))
+            self._hooks.append((label, hook, loop))
+
+    def attach(
+        self, card: Any, engine: Any = None, *, served_name: str | None = None
+    ) -> LocalEndpoint | None:
+        """Claim the process's local endpoint for ``card``, start it and register ``engine``.
+
+        Returns the endpoint, or None when validation is off (the worker is released at once),
+        when the endpoint is already claimed (another card, a LoRA, another validation
+        object), or when the card may not have one (prefill-only, LoRA, no chat surface): such
+        an attach is logged and otherwise ignored, and a validation left with no endpoint stays
+        held. ``served_name`` defaults to ``card.served_name``, then ``card.name``.
+        """
+        global _claim_owner, _claim_model
+        model = served_name or getattr(card, "served_name", None) or getattr(card, "name", None)
+        if not isinstance(model, str) or not model:
+            raise TypeError("attach needs the served model name (card.served_name or served_name=)")
+        if not self.enabled:
+            with self._lock:
+                if self._attached:
+                    return None
+                self._attached = True
+                self._model = model
+            self._start_thread()
+            return None
+        with _claim_lock:
+            if _claim_owner is not None:
+                owner = "this validation" if _claim_owner is self else "another validation"
+                logger.warning(
+                    "worker validation: %r gets no local endpoint: %s already claimed the "
+                    "process's one endpoint for %r",
+                    model,
+                    owner,
+                    _claim_model,
+                )
+                if not self._attached:
+                    # This validation's gates can never run, so its worker stays held.
+                    self._reason = (
+                        f"no local endpoint for {model!r}: the process's one endpoint serves "
+                        f"{_claim_model!r}"
+                    )
+                return None
+            # Building the endpoint inside the claim: a concurrent attach must not slip in
+            # between the check and the listener.
+            try:
+                endpoint = self._endpoint_factory(
+                    card,
+                    port=self.config.local_port,
+                    api_key=self._api_key,
+                    enable_rl=self.config.enable_rl,
+                )
+            except Exception as exc:
+                self._hold_at_attach(model, f"the local endpoint could not be built: {exc!r}")
+                raise
+            if endpoint is None:
+                if not self._attached:
+                    self._reason = f"{model!r} may not have a local endpoint, so no gate can run"
+                return None
+            _claim_owner, _claim_model = self, model
+        with self._lock:
+            self._attached = True
+            self._model = model
+            self._card = card
+            self._state = "waiting"
+            self._reason = "waiting for the engine to register"
+        self._start_clock, self._start_wall = time.monotonic(), time.time()
+        try:
+            endpoint.start()
+        except Exception as exc:
+            self._hold_at_attach(model, f"the local endpoint failed to start: {exc!r}")
+            raise
+        self._endpoint = endpoint
+        logger.info(
+            "worker validation: local endpoint for %r on http://127.0.0.1:%d/v1",
+            model,
+            endpoint.port,
+        )
+        self._start_thread()
+        if engine is not None:
+            self.register_engine(engine)
+        return endpoint
+
+    def _hold_at_attach(self, model: str, reason: str) -> None:
+        with self._lock:
+            self._attached = True
+            self._model = model
+        self._finish(held_reason=reason, gates=[])
+
+    def register_engine(self, engine: Any) -> None:
+        """Register the attached model's engine with the endpoint; the gates may then start."""
+        if self._endpoint is None or self._model is None:
+            raise RuntimeError("register_engine needs an attached endpoint")
+        if self._engine_registered.is_set():
+            raise RuntimeError(f"an engine is already registered for {self._model!r}")
+        self._endpoint.register_engine(engine)
+        self._engine_registered.set()
+
+    # --- waiting ---------------------------------------------------------------------------
+
+    async def released(self) -> None:
+        """Return once the worker is released; a held worker never returns."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self._released.is_set():
+                return
+            self._waiters.append((loop, future))
+        try:
+            await future
+        finally:
+            with self._lock:
+                if (loop, future) in self._waiters:
+                    self._waiters.remove((loop, future))
+
+    def wait_released(self, timeout: float | None = None) -> bool:
+        return self._released.wait(timeout)
+
+    def wait_finished(self, timeout: float | None = None) -> ValidationReport | None:
+        """Block until validation has an outcome and acted on it (a released worker's endpoint
+        is closed by then); return the report, or None on timeout."""
+        self._finished.wait(timeout)
+        return self._report
+
+    def close(self) -> None:
+        """Stop running gates (their process groups are killed), close the endpoint, and give
+        the process's endpoint claim back."""
+        global _claim_owner, _claim_model
+        self._cancel.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        endpoint, self._endpoint = self._endpoint, None
+        if endpoint is not None:
+            endpoint.stop()
+        with _claim_lock:
+            if _claim_owner is self:
+                _claim_owner, _claim_model = None, None
+
+    # --- the validation thread ---------------------------------------------------------------
+
+    def _start_thread(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="shakedown-validation", daemon=True)
+        self._thread.start()
+
+    def _deadline(self) -> float | None:
+        if self.config.timeout_s is None:
+            return None
+        return self._start_clock + self.config.timeout_s
+
+    def _run(self) -> None:
+        try:
+            if not self.enabled:
+                self._finish(held_reason=None, gates=[])
+                return
+            if not self._wait_for_engine():
+                return
+            with self._lock:
+                self._state = "running"
+                self._reason = "validation gates are running"
+            assert self._endpoint is not None and self._model is not None
+            ctx = GateContext(
+                base_url=f"http://127.0.0.1:{self._endpoint.port}/v1",
+                model=self._model,
+                api_key=self._api_key,
+                log_dir=self._gate_log_dir(),
+                extra_env=self._parser_env(),
+            )
+            results = run_gates(
+                self.config.gates,
+                ctx,
+                parallel=self.config.parallel,
+                deadline=self._deadline(),
+                cancel=self._cancel,
+            )
+            failed = [gate for gate in results if gate.outcome == "failed"]
+            if failed:
+                names = ", ".join(f"{gate.name!r} ({gate.reason})" for gate in failed)
+                self._finish(held_reason=f"gate(s) failed: {names}", gates=results)
+            else:
+                self._finish(held_reason=None, gates=results)
+        except Exception as exc:  # a bug here must hold the worker, never release it
+            logger.exception("worker validation crashed")
+            self._finish(held_reason=f"validation crashed: {exc!r}", gates=[])
+
+    def _wait_for_engine(self) -> bool:
+        deadline = self._deadline()
+        while not self._engine_registered.is_set():
+            if self._cancel.is_set():
+                self._finish(
+                    held_reason="validation was stopped before the engine registered", gates=[]
+                )
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                self._finish(
+                    held_reason=(
+                        f"the engine did not register within the overall deadline "
+                        f"({self.config.timeout_s:g}s)"
+                    ),
+                    gates=[],
+                )
+                return False
+            self._engine_registered.wait(0.05)
+        return True
+
+    def _parser_env(self) -> dict[str, str]:
+        # Tell the check runner which parsers the card uses, so it knows to expect
+        # reasoning_content and tool calls.
+        env: dict[str, str] = {}
+        for attr, var in (
+            ("reasoning_parser", "DYN_VALIDATION_REASONING_PARSER"),
+            ("tool_call_parser", "DYN_VALIDATION_TOOL_CALL_PARSER"),
+        ):
+            value = getattr(self._card, attr, None)
+            if isinstance(value, str) and value:
+                env[var] = value
+        return env
+
+    def _gate_log_dir(self) -> Path:
+        if self._log_dir is not None:
+            return self._log_dir
+        if self.config.report_path is not None:
+            path = self.config.report_path
+            return path.with_name(path.stem + "-logs")
+        return Path(tempfile.mkdtemp(prefix="shakedown-validation-"))
+
+    def _run_hooks(self) -> str | None:
+        """Run the release hooks in order; return why one failed, or None."""
+        deadline = self._deadline()
+        for name, hook, loop in list(self._hooks):
+            try:
+                outcome = hook()
+                if inspect.isawaitable(outcome):
+                    _await_on(outcome, loop, deadline, self._cancel)
+            except Exception as exc:
+                logger.exception("worker validation: release hook %r failed", name)
+                return f"release hook {name!r} failed: {exc!r}"
+        return None
+
+    def _finish(self, *, held_reason: str | None, gates: list[GateResult]) -> None:
+        if held_reason is None:
+            held_reason = self._run_hooks()
+        status: Literal["released", "held"] = "released" if held_reason is None else "held"
+        reason = held_reason or (
+            f"all {len(gates)} gate(s) passed" if self.enabled else "validation is off"
+        )
+        endpoint = self._endpoint
+        report = ValidationReport(
+            status=status,
+            reason=reason,
+            model=self._model,
+            base_url=None if endpoint is None else f"http://127.0.0.1:{endpoint.port}/v1",
+            parallel=self.config.parallel,
+            started_at=self._start_wall,
+            duration_s=time.monotonic() - self._start_clock,
+            gates=gates,
+        )
+        if self.enabled:
+            report.log()
+            if self.config.report_path is not None:
+                try:
+                    json_path, xml_path = report.write(self.config.report_path)
+                    logger.info("worker validation report: %s, %s", json_path, xml_path)
+                except OSError as exc:
+                    logger.error("could not write the validation report: %r", exc)
+        with self._lock:
+            self._report = report
+            self._state = status
+            self._reason = reason
+            if status == "released":
+                self._released.set()
+                waiters, self._waiters = self._waiters, []
+            else:
+                waiters = []
+        for loop, future in waiters:
+            # A closed loop raises RuntimeError: nobody is waiting on it any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, future)
+        if status == "released" and endpoint is not None:
+            # Released workers take real traffic through the fleet; the loopback is done.
+            self._endpoint = None
+            try:
+                endpoint.stop()
+                logger.info("worker validation: released; local endpoint closed")
+            except Exception:  # the worker is released either way; only the loopback lingers
+                logger.exception("worker validation: the local endpoint did not close cleanly")
+        self._finished.set()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _await_on(
+    awaitable: Any,
+    loop: asyncio.AbstractEventLoop | None,
+    deadline: float | None,
+    cancel: threading.Event,
+) -> None:
+    """Await a release hook's result on ``loop`` (or a fresh one) from the validation thread.
+
+    Polls ``cancel`` so that close(), even when called from ``loop``'s own thread, is never
+    stuck joining a thread that waits for that loop.
+    """
+
+    async def run() -> None:
+        await awaitable
+
+    if loop is None:
+        asyncio.run(run())
+        return
+    future: concurrent.futures.Future[None] = asyncio.run_coroutine_threadsafe(run(), loop)
+    while True:
+        try:
+            future.result(0.05)
+            return
+        except concurrent.futures.TimeoutError:
+            pass
+        if cancel.is_set():
+            future.cancel()
+            raise RuntimeError("validation was stopped")
+        if deadline is not None and time.monotonic() >= deadline:
+            future.cancel()
+            raise TimeoutError("did not finish within the overall deadline")
