@@ -1,0 +1,435 @@
+//! Gemma 4: `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:42,o:{k:[1,2]}}<tool_call|>`.
+//! Keys are bare, strings sit between `<|"|>` delimiters, everything else is bare
+//! (numbers, booleans, nested `{}` and `[]`). The name streams as soon as `{` opens the
+//! arguments, and each top-level parameter is converted and sent when the `,` or `}`
+//! after it arrives (a bare value's end, and so its type, is known only then).
+
+use std::sync::{Arc, OnceLock};
+
+use crate::parsers::markers::{MarkerSet, Scan};
+use crate::parsers::schema::{write_json_str, write_typed_value, ParamType};
+use crate::parsers::{CallSink, ToolParse, Tools};
+
+const CALL_OPEN: &str = "<|tool_call>";
+const CALL_CLOSE: &str = "<tool_call|>";
+const QUOTE: &str = "<|\"|>";
+const START: &[&str] = &[CALL_OPEN];
+/// Longest `call:NAME` head accepted before `{`.
+const HEAD_CAP: usize = 1024;
+/// Nesting deeper than this is treated as garbage rather than recursed into.
+const MAX_DEPTH: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Text,
+    /// Reading `call:NAME` up to `{`.
+    Head,
+    /// Inside the arguments, outside any string.
+    Body,
+    /// Inside a `<|"|>` string.
+    Quoted,
+    /// After a malformed head: dropped up to the call's end.
+    Skip,
+}
+
+struct Sets {
+    text: MarkerSet,
+    head: MarkerSet,
+    body: MarkerSet,
+    quoted: MarkerSet,
+    skip: MarkerSet,
+}
+
+fn sets() -> &'static Sets {
+    static SETS: OnceLock<Sets> = OnceLock::new();
+    SETS.get_or_init(|| Sets {
+        text: MarkerSet::new(&[CALL_OPEN]),
+        head: MarkerSet::new(&["{", CALL_CLOSE]),
+        body: MarkerSet::new(&[QUOTE, CALL_CLOSE]),
+        quoted: MarkerSet::new(&[QUOTE]),
+        skip: MarkerSet::new(&[CALL_CLOSE]),
+    })
+}
+
+pub(super) struct Gemma4Parser {
+    tools: Arc<Tools>,
+    state: State,
+    held: String,
+    scratch: String,
+    head: String,
+    /// The open call's name, for schema lookups.
+    name: String,
+    /// Raw text of the current top-level `key:value` entry.
+    entry: String,
+    /// Bracket depth outside strings; 1 is the top level of the arguments object.
+    depth: usize,
+    /// Whether a parameter has been sent (`{` written).
+    args_open: bool,
+    fragment: String,
+}
+
+impl Gemma4Parser {
+    pub(super) fn new(tools: Arc<Tools>) -> Self {
+        Self {
+            tools,
+            state: State::Text,
+            held: String::new(),
+            scratch: String::new(),
+            head: String::new(),
+            name: String::new(),
+            entry: String::new(),
+            depth: 0,
+            args_open: false,
+            fragment: String::new(),
+        }
+    }
+
+    fn set(&self) -> &'static MarkerSet {
+        let s = sets();
+        match self.state {
+            State::Text => &s.text,
+            State::Head => &s.head,
+            State::Body => &s.body,
+            State::Quoted => &s.quoted,
+            State::Skip => &s.skip,
+        }
+    }
+
+    fn absorb(&mut self, text: &str, sink: &mut CallSink) {
+        match self.state {
+            State::Text => sink.content(text),
+            State::Head => {
+                self.head.push_str(text);
+                if self.head.len() > HEAD_CAP {
+                    sink.error("Gemma tool call head never reached `{`");
+                    self.state = State::Skip;
+                }
+            }
+            State::Body => self.absorb_body(text, sink),
+            State::Quoted => self.entry.push_str(text),
+            State::Skip => {}
+        }
+    }
+
+    fn on_marker(&mut self, marker: &str, sink: &mut CallSink) {
+        self.state = match (self.state, marker) {
+            (State::Text, CALL_OPEN) => {
+                self.head.clear();
+                State::Head
+            }
+            (State::Head, "{") => {
+                let head = self.head.trim();
+                match head.strip_prefix("call:").map(str::trim) {
+                    Some(name) if !name.is_empty() => {
+                        sink.begin_call(name, None);
+                        self.name.clear();
+                        self.name.push_str(name);
+                        self.entry.clear();
+                        self.depth = 1;
+                        self.args_open = false;
+                        State::Body
+                    }
+                    _ => {
+                        sink.error(format!("Gemma tool call head `{head}` is not `call:NAME`"));
+                        State::Skip
+                    }
+                }
+            }
+            (State::Head, CALL_CLOSE) => {
+                sink.error("Gemma tool call without arguments");
+                State::Text
+            }
+            (State::Body, QUOTE) if self.depth > 0 => {
+                self.entry.push_str(QUOTE);
+                State::Quoted
+            }
+            (State::Body, QUOTE) => {
+                sink.drop_call("text after the arguments object");
+                State::Skip
+            }
+            (State::Quoted, QUOTE) => {
+                self.entry.push_str(QUOTE);
+                State::Body
+            }
+            (State::Body, CALL_CLOSE) => {
+                self.close_call(sink);
+                State::Text
+            }
+            (State::Skip, CALL_CLOSE) => State::Text,
+            (state, _) => state,
+        };
+    }
+
+    /// Argument text outside strings: split top-level entries at `,` and at the `}`
+    /// that closes the arguments.
+    fn absorb_body(&mut self, text: &str, sink: &mut CallSink) {
+        let mut start = 0;
+        for (i, b) in text.bytes().enumerate() {
+            if self.depth == 0 {
+                if !b.is_ascii_whitespace() {
+                    sink.drop_call("text after the arguments object");
+                    self.state = State::Skip;
+                    return;
+                }
+                continue;
+            }
+            match b {
+                b'{' | b'[' => self.depth += 1,
+                b',' | b'}' if self.depth == 1 => {
+                    self.entry.push_str(&text[start..i]);
+                    start = i + 1;
+                    if b == b'}' {
+                        self.depth = 0;
+                    }
+                    if !self.send_entry(sink) {
+                        self.state = State::Skip;
+                        return;
+                    }
+                }
+                b']' if self.depth == 1 => {
+                    sink.drop_call("`]` without `[`");
+                    self.state = State::Skip;
+                    return;
+                }
+                b'}' | b']' => self.depth -= 1,
+                _ => {}
+            }
+        }
+        if self.depth > 0 {
+            self.entry.push_str(&text[start..]);
+        }
+    }
+
+    /// Convert one `key:value` entry and send it; false (call dropped) if unreadable.
+    fn send_entry(&mut self, sink: &mut CallSink) -> bool {
+        if self.entry.trim().is_empty() {
+            // `{}` or a trailing comma.
+            return true;
+        }
+        let fragment = &mut self.fragment;
+        fragment.clear();
+        fragment.push_str(if self.args_open { ", " } else { "{" });
+        let mut reader = Reader {
+            text: &self.entry,
+            pos: 0,
+            tools: &self.tools,
+            tool: &self.name,
+        };
+        let read = reader.member(fragment, 0).and_then(|()| {
+            if reader.rest().trim().is_empty() {
+                Ok(())
+            } else {
+                Err("expected `,` or `}` after a value")
+            }
+        });
+        self.entry.clear();
+        match read {
+            Ok(()) => {
+                self.args_open = true;
+                sink.arguments(fragment);
+                true
+            }
+            Err(reason) => {
+                sink.drop_call(reason);
+                false
+            }
+        }
+    }
+
+    fn close_call(&mut self, sink: &mut CallSink) {
+        if self.depth > 0 {
+            sink.drop_call("arguments object not closed");
+            return;
+        }
+        sink.arguments(if self.args_open { "}" } else { "{}" });
+        sink.end_call();
+    }
+}
+
+/// Converts Gemma's argument syntax to JSON in one pass.
+struct Reader<'a> {
+    text: &'a str,
+    pos: usize,
+    tools: &'a Tools,
+    tool: &'a str,
+}
+
+type Read = Result<(), &'static str>;
+
+impl<'a> Reader<'a> {
+    fn rest(&self) -> &str {
+        &self.text[self.pos..]
+    }
+
+    fn skip_ws(&mut self) {
+        let rest = self.rest();
+        self.pos += rest.len() - rest.trim_start().len();
+    }
+
+    fn eat(&mut self, c: char) -> bool {
+        self.skip_ws();
+        if self.rest().starts_with(c) {
+            self.pos += c.len_utf8();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A `<|"|>…<|"|>` string's contents, the opening delimiter already consumed.
+    fn quoted(&mut self) -> Result<&'a str, &'static str> {
+        let text: &'a str = self.text;
+        let rest = &text[self.pos..];
+        let end = rest.find(QUOTE).ok_or("string not closed")?;
+        self.pos += end + QUOTE.len();
+        Ok(&rest[..end])
+    }
+
+    /// Text up to (not including) the first of `stops` outside a string.
+    fn bare(&mut self, stops: &[char]) -> &'a str {
+        let text: &'a str = self.text;
+        let rest = &text[self.pos..];
+        let end = rest.find(stops).unwrap_or(rest.len());
+        self.pos += end;
+        rest[..end].trim()
+    }
+
+    fn object(&mut self, out: &mut String, depth: usize) -> Read {
+        if depth > MAX_DEPTH {
+            return Err("arguments nested too deeply");
+        }
+        if !self.eat('{') {
+            return Err("expected `{`");
+        }
+        out.push('{');
+        let mut first = true;
+        loop {
+            if self.eat('}') {
+                out.push('}');
+                return Ok(());
+            }
+            if !first {
+                out.push_str(", ");
+            }
+            self.member(out, depth)?;
+            first = false;
+            if !self.eat(',') && !self.rest().trim_start().starts_with('}') {
+                return Err("expected `,` or `}` after a value");
+            }
+        }
+    }
+
+    /// `key:value`, written as `"key": value`. Top-level (`depth` 0) values are typed by
+    /// the tool's schema; nested bare values by the unknown-parameter rule.
+    fn member(&mut self, out: &mut String, depth: usize) -> Read {
+        self.skip_ws();
+        let key = if self.rest().starts_with(QUOTE) {
+            self.pos += QUOTE.len();
+            self.quoted()?
+        } else {
+            self.bare(&[':', ',', '}'])
+        };
+        if key.is_empty() {
+            return Err("empty argument name");
+        }
+        write_json_str(key, out);
+        if !self.eat(':') {
+            return Err("expected `:` after an argument name");
+        }
+        out.push_str(": ");
+        let ty = if depth == 0 {
+            self.tools.param_type(self.tool, key)
+        } else {
+            ParamType::UNKNOWN
+        };
+        self.value(out, ty, depth)
+    }
+
+    fn array(&mut self, out: &mut String, depth: usize) -> Read {
+        if depth > MAX_DEPTH {
+            return Err("arguments nested too deeply");
+        }
+        self.eat('[');
+        out.push('[');
+        let mut first = true;
+        loop {
+            if self.eat(']') {
+                out.push(']');
+                return Ok(());
+            }
+            if !first {
+                out.push_str(", ");
+            }
+            self.value(out, ParamType::UNKNOWN, depth)?;
+            first = false;
+            if !self.eat(',') && !self.rest().trim_start().starts_with(']') {
+                return Err("expected `,` or `]` after a value");
+            }
+        }
+    }
+
+    fn value(&mut self, out: &mut String, ty: ParamType, depth: usize) -> Read {
+        self.skip_ws();
+        let rest = self.rest();
+        if rest.starts_with(QUOTE) {
+            self.pos += QUOTE.len();
+            let text = self.quoted()?;
+            write_json_str(text, out);
+            Ok(())
+        } else if rest.starts_with('{') {
+            self.object(out, depth + 1)
+        } else if rest.starts_with('[') {
+            self.array(out, depth + 1)
+        } else {
+            let token = self.bare(&[',', '}', ']']);
+            if token.is_empty() {
+                return Err("missing value");
+            }
+            write_typed_value(token, ty, out);
+            Ok(())
+        }
+    }
+}
+
+impl ToolParse for Gemma4Parser {
+    fn feed(&mut self, text: &str, sink: &mut CallSink) {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.push_str(&self.held);
+        buf.push_str(text);
+        self.held.clear();
+        let mut pos = 0;
+        while pos < buf.len() {
+            let rest = &buf[pos..];
+            let set = self.set();
+            match set.scan(rest) {
+                Scan::Found { start, end, marker } => {
+                    self.absorb(&rest[..start], sink);
+                    self.on_marker(set.marker(marker), sink);
+                    pos += end;
+                }
+                Scan::Partial { hold_from } => {
+                    self.absorb(&rest[..hold_from], sink);
+                    self.held.push_str(&rest[hold_from..]);
+                    break;
+                }
+            }
+        }
+        self.scratch = buf;
+    }
+
+    fn finish(&mut self, sink: &mut CallSink) {
+        let held = std::mem::take(&mut self.held);
+        match self.state {
+            State::Text => sink.content(&held),
+            State::Head | State::Skip => sink.error("Gemma tool call not closed"),
+            State::Body | State::Quoted => sink.drop_call("output ended inside the call"),
+        }
+        self.state = State::Text;
+        self.entry.clear();
+    }
+
+    fn start_markers(&self) -> &'static [&'static str] {
+        START
+    }
+}

@@ -1,0 +1,574 @@
+//! The tag-shaped formats: a block marker opens the calls, each call names a function and
+//! lists `key → text value` parameters between tags, and the values are typed by the
+//! tool's JSON schema. Qwen3-Coder, GLM-4.5/4.7, MiniMax-M2, DeepSeek DSML and Step-3
+//! differ only in their literal tags, so one state machine reads them all.
+//!
+//! Arguments are built per parameter: `{"k": v` when the first value closes, `, "k2": v2`
+//! for each next one and `}` at the end of the call, so streamed fragments concatenate to
+//! exactly the whole-call JSON.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::parsers::markers::{MarkerSet, Scan};
+use crate::parsers::schema::{
+    escape_json_into, write_json, write_json_str, write_typed_value, ParamType,
+};
+use crate::parsers::{CallSink, ToolParse, Tools};
+
+/// Longest function or parameter name accepted; longer ones mean the tag never closed.
+const NAME_CAP: usize = 1024;
+
+/// How a parameter tag says its value is typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueTyping {
+    /// From the tool's schema.
+    Schema,
+    /// DSML `string="true"`: the text is the string.
+    Text,
+    /// DSML `string="false"`: the text is JSON (schema typing if it is not).
+    Json,
+}
+
+/// What a marker means in the state where it is legal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    BlockOpen,
+    BlockClose,
+    InvokeOpen,
+    InvokeClose,
+    /// End of the function-name tag.
+    HeadEnd,
+    ParamOpen,
+    /// End of the parameter-name tag.
+    KeyEnd(ValueTyping),
+    /// GLM's `<arg_value>` after `</arg_key>`.
+    ValueOpen,
+    ParamClose,
+}
+
+/// The literal tags of one format.
+pub(super) struct Format {
+    block_open: &'static str,
+    block_close: &'static str,
+    /// `None` when the name follows the block marker directly (GLM).
+    invoke_open: Option<&'static str>,
+    head_end: &'static str,
+    invoke_close: &'static str,
+    param_open: &'static str,
+    key_ends: &'static [(&'static str, ValueTyping)],
+    value_open: Option<&'static str>,
+    param_close: &'static str,
+    /// Qwen3-Coder writes values on their own lines: one newline each side is markup.
+    trim_newlines: bool,
+    /// Qwen3-Coder models sometimes leave out `</parameter>`: the next parameter or the
+    /// end of the function then ends the value, as vLLM, SGLang and Dynamo accept.
+    value_ends_at_next_tag: bool,
+    tables: OnceLock<Tables>,
+}
+
+const SCHEMA_TYPED: &[(&str, ValueTyping)] = &[("\">", ValueTyping::Schema)];
+
+pub(super) static QWEN3_CODER: Format = Format {
+    block_open: "<tool_call>",
+    block_close: "</tool_call>",
+    invoke_open: Some("<function="),
+    head_end: ">",
+    invoke_close: "</function>",
+    param_open: "<parameter=",
+    key_ends: &[(">", ValueTyping::Schema)],
+    value_open: None,
+    param_close: "</parameter>",
+    trim_newlines: true,
+    value_ends_at_next_tag: true,
+    tables: OnceLock::new(),
+};
+
+/// GLM-4.5 puts a newline after the name and between tags, GLM-4.7 does not; both read alike.
+pub(super) static GLM: Format = Format {
+    block_open: "<tool_call>",
+    block_close: "</tool_call>",
+    invoke_open: None,
+    head_end: "<arg_key>",
+    invoke_close: "</tool_call>",
+    param_open: "<arg_key>",
+    key_ends: &[("</arg_key>", ValueTyping::Schema)],
+    value_open: Some("<arg_value>"),
+    param_close: "</arg_value>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    tables: OnceLock::new(),
+};
+
+pub(super) static MINIMAX_M2: Format = Format {
+    block_open: "<minimax:tool_call>",
+    block_close: "</minimax:tool_call>",
+    invoke_open: Some("<invoke name=\""),
+    head_end: "\">",
+    invoke_close: "</invoke>",
+    param_open: "<parameter name=\"",
+    key_ends: SCHEMA_TYPED,
+    value_open: None,
+    param_close: "</parameter>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    tables: OnceLock::new(),
+};
+
+const DSML_KEY_ENDS: &[(&str, ValueTyping)] = &[
+    ("\" string=\"true\">", ValueTyping::Text),
+    ("\" string=\"false\">", ValueTyping::Json),
+    ("\">", ValueTyping::Schema),
+];
+
+pub(super) static DEEPSEEK_V3_2: Format = Format {
+    block_open: "<｜DSML｜function_calls>",
+    block_close: "</｜DSML｜function_calls>",
+    invoke_open: Some("<｜DSML｜invoke name=\""),
+    head_end: "\">",
+    invoke_close: "</｜DSML｜invoke>",
+    param_open: "<｜DSML｜parameter name=\"",
+    key_ends: DSML_KEY_ENDS,
+    value_open: None,
+    param_close: "</｜DSML｜parameter>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    tables: OnceLock::new(),
+};
+
+/// DeepSeek V4 differs from V3.2 only in the outer tag.
+pub(super) static DEEPSEEK_V4: Format = Format {
+    block_open: "<｜DSML｜tool_calls>",
+    block_close: "</｜DSML｜tool_calls>",
+    invoke_open: Some("<｜DSML｜invoke name=\""),
+    head_end: "\">",
+    invoke_close: "</｜DSML｜invoke>",
+    param_open: "<｜DSML｜parameter name=\"",
+    key_ends: DSML_KEY_ENDS,
+    value_open: None,
+    param_close: "</｜DSML｜parameter>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    tables: OnceLock::new(),
+};
+
+/// Step-3 wraps each invoke in `<｜tool_call_begin｜>function<｜tool_sep｜>…<｜tool_call_end｜>`;
+/// that wrapper sits between invokes, where text is skipped anyway.
+pub(super) static STEP3: Format = Format {
+    block_open: "<｜tool_calls_begin｜>",
+    block_close: "<｜tool_calls_end｜>",
+    invoke_open: Some("<steptml:invoke name=\""),
+    head_end: "\">",
+    invoke_close: "</steptml:invoke>",
+    param_open: "<steptml:parameter name=\"",
+    key_ends: SCHEMA_TYPED,
+    value_open: None,
+    param_close: "</steptml:parameter>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    tables: OnceLock::new(),
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Plain content.
+    Text,
+    /// Inside a block, between calls.
+    Block,
+    /// Reading a function name.
+    Head,
+    /// Inside a call, between parameters.
+    Invoke,
+    /// Reading a parameter name.
+    Key,
+    /// Between GLM's `</arg_key>` and `<arg_value>`.
+    AfterKey,
+    /// Reading a value.
+    Value,
+    /// After a malformed call: everything up to the block's end is dropped.
+    Skip,
+}
+
+const STATES: usize = 8;
+
+fn state_slot(state: State) -> usize {
+    state as usize
+}
+
+/// The markers legal in one state, with what each means there.
+struct Legal {
+    set: MarkerSet,
+    roles: Vec<Role>,
+}
+
+impl Legal {
+    fn new(entries: &[(&'static str, Role)]) -> Self {
+        let markers: Vec<&'static str> = entries.iter().map(|(m, _)| *m).collect();
+        Self {
+            set: MarkerSet::new(&markers),
+            roles: entries.iter().map(|(_, r)| *r).collect(),
+        }
+    }
+}
+
+struct Tables {
+    by_state: [Legal; STATES],
+    start: [&'static str; 1],
+}
+
+impl Format {
+    fn tables(&'static self) -> &'static Tables {
+        self.tables.get_or_init(|| {
+            let close = (self.block_close, Role::BlockClose);
+            let invoke_close = if self.invoke_close == self.block_close {
+                close
+            } else {
+                (self.invoke_close, Role::InvokeClose)
+            };
+            let key_ends: Vec<(&'static str, Role)> = self
+                .key_ends
+                .iter()
+                .map(|(m, t)| (*m, Role::KeyEnd(*t)))
+                .collect();
+            let head = match self.invoke_open {
+                Some(_) => Legal::new(&[(self.head_end, Role::HeadEnd)]),
+                // GLM: the name runs to the first parameter or the end of the call.
+                None => Legal::new(&[(self.param_open, Role::ParamOpen), close]),
+            };
+            let mut invoke = vec![(self.param_open, Role::ParamOpen), invoke_close];
+            if invoke_close != close {
+                invoke.push(close);
+            }
+            let block = match self.invoke_open {
+                Some(open) => Legal::new(&[(open, Role::InvokeOpen), close]),
+                None => Legal::new(&[close]),
+            };
+            let mut value_ends = vec![(self.param_close, Role::ParamClose)];
+            if self.value_ends_at_next_tag {
+                value_ends.extend([(self.param_open, Role::ParamOpen), invoke_close, close]);
+            }
+            let value = Legal::new(&value_ends);
+            // In `State` order; `state_slot` indexes this.
+            let by_state = [
+                Legal::new(&[(self.block_open, Role::BlockOpen)]),
+                block,
+                head,
+                Legal::new(&invoke),
+                Legal::new(&key_ends),
+                // Only GLM reaches `AfterKey`; the others never consult this set.
+                Legal::new(&[(self.value_open.unwrap_or(self.param_close), Role::ValueOpen)]),
+                value,
+                Legal::new(&[close]),
+            ];
+            Tables {
+                by_state,
+                start: [self.block_open],
+            }
+        })
+    }
+}
+
+/// A streaming parser for one tag-shaped format.
+pub(super) struct TaggedParser {
+    format: &'static Format,
+    tables: &'static Tables,
+    tools: Arc<Tools>,
+    state: State,
+    /// Tail of the last feed that may be the start of a marker.
+    held: String,
+    /// `held` plus the new text, reused across feeds.
+    scratch: String,
+    /// Function name, then (while a call is open) kept for schema lookups.
+    name: String,
+    key: String,
+    typing: ValueTyping,
+    value: String,
+    /// The JSON fragment being handed to the sink, reused.
+    fragment: String,
+    /// Whether the open call has written `{` yet.
+    args_open: bool,
+    /// The current value is a plain string, written out escaped as it arrives.
+    streaming_value: bool,
+    /// Some of the current value has been seen (for dropping its first newline).
+    value_started: bool,
+    /// A newline held back because it may be the value's last (markup) one.
+    newline_held: bool,
+    calls_in_block: usize,
+}
+
+impl TaggedParser {
+    pub(super) fn new(format: &'static Format, tools: Arc<Tools>) -> Self {
+        Self {
+            format,
+            tables: format.tables(),
+            tools,
+            state: State::Text,
+            held: String::new(),
+            scratch: String::new(),
+            name: String::new(),
+            key: String::new(),
+            typing: ValueTyping::Schema,
+            value: String::new(),
+            fragment: String::new(),
+            args_open: false,
+            streaming_value: false,
+            value_started: false,
+            newline_held: false,
+            calls_in_block: 0,
+        }
+    }
+
+    /// Text between markers, in the current state.
+    fn absorb(&mut self, text: &str, sink: &mut CallSink) {
+        if text.is_empty() {
+            return;
+        }
+        match self.state {
+            State::Text => sink.content(text),
+            State::Head => {
+                self.name.push_str(text);
+                if self.name.len() > NAME_CAP {
+                    sink.error("tool-call name tag never closed");
+                    self.state = State::Skip;
+                }
+            }
+            State::Key => {
+                self.key.push_str(text);
+                if self.key.len() > NAME_CAP {
+                    sink.drop_call("parameter name tag never closed");
+                    self.state = State::Skip;
+                }
+            }
+            State::Value if self.streaming_value => self.stream_value(text, sink),
+            State::Value => self.value.push_str(text),
+            // Whitespace and wrapper text between tags is markup.
+            State::Block | State::Invoke | State::AfterKey | State::Skip => {}
+        }
+    }
+
+    fn on_marker(&mut self, role: Role, sink: &mut CallSink) {
+        self.state = match (self.state, role) {
+            (State::Text, Role::BlockOpen) => {
+                self.calls_in_block = 0;
+                if self.format.invoke_open.is_some() {
+                    State::Block
+                } else {
+                    self.name.clear();
+                    State::Head
+                }
+            }
+            (State::Block, Role::InvokeOpen) => {
+                self.name.clear();
+                State::Head
+            }
+            (State::Head, Role::HeadEnd) => self.begin_call(sink, State::Invoke),
+            (State::Head, Role::ParamOpen) => self.begin_call(sink, State::Key),
+            (State::Head, Role::BlockClose) => match self.begin_call(sink, State::Invoke) {
+                State::Invoke => self.end_call(sink, State::Text),
+                _ => State::Text,
+            },
+            (State::Invoke, Role::ParamOpen) => {
+                self.key.clear();
+                State::Key
+            }
+            (State::Invoke, Role::InvokeClose) => self.end_call(sink, State::Block),
+            (State::Invoke, Role::BlockClose) => self.end_call(sink, State::Text),
+            (State::Key, Role::KeyEnd(typing)) => {
+                self.typing = typing;
+                if self.format.value_open.is_some() {
+                    State::AfterKey
+                } else {
+                    self.open_value(sink)
+                }
+            }
+            (State::AfterKey, Role::ValueOpen) => self.open_value(sink),
+            (State::Value, Role::ParamClose) => {
+                self.close_value(sink);
+                State::Invoke
+            }
+            (State::Value, Role::ParamOpen) => {
+                self.close_value(sink);
+                self.key.clear();
+                State::Key
+            }
+            (State::Value, Role::InvokeClose) => {
+                self.close_value(sink);
+                self.end_call(sink, State::Block)
+            }
+            (State::Value, Role::BlockClose) => {
+                self.close_value(sink);
+                self.end_call(sink, State::Text)
+            }
+            (State::Block | State::Skip, Role::BlockClose) => {
+                if self.state == State::Block && self.calls_in_block == 0 {
+                    sink.error("tool-call block without a call");
+                }
+                State::Text
+            }
+            // Every state's marker set holds only the roles handled above.
+            (state, _) => state,
+        };
+    }
+
+    /// The name tag closed: open the call, or skip the block if the name is unusable.
+    fn begin_call(&mut self, sink: &mut CallSink, next: State) -> State {
+        let name = self.name.trim();
+        if name.is_empty() {
+            sink.error("tool call without a function name");
+            return State::Skip;
+        }
+        sink.begin_call(name, None);
+        // Keep the trimmed name for schema lookups; `key` is free until a parameter opens.
+        self.key.clear();
+        self.key.push_str(name);
+        std::mem::swap(&mut self.name, &mut self.key);
+        self.key.clear();
+        self.args_open = false;
+        self.calls_in_block += 1;
+        next
+    }
+
+    fn end_call(&mut self, sink: &mut CallSink, next: State) -> State {
+        sink.arguments(if self.args_open { "}" } else { "{}" });
+        sink.end_call();
+        next
+    }
+
+    /// Start of the fragment for the current parameter: `{"k": ` or `, "k": `.
+    fn param_prefix(&mut self) {
+        let fragment = &mut self.fragment;
+        fragment.clear();
+        fragment.push_str(if self.args_open { ", " } else { "{" });
+        write_json_str(self.key.trim(), fragment);
+        fragment.push_str(": ");
+        self.args_open = true;
+    }
+
+    /// A value begins. Plain strings stream (their JSON is known byte by byte); any other
+    /// type is decided only by the whole text, so it is gathered until the value closes.
+    fn open_value(&mut self, sink: &mut CallSink) -> State {
+        self.value.clear();
+        self.value_started = false;
+        self.newline_held = false;
+        let ty = self.tools.param_type(&self.name, self.key.trim());
+        self.streaming_value = match self.typing {
+            ValueTyping::Text => true,
+            ValueTyping::Json => false,
+            ValueTyping::Schema => ty == ParamType::STRING,
+        };
+        if self.streaming_value {
+            self.param_prefix();
+            self.fragment.push('"');
+            sink.arguments(&self.fragment);
+        }
+        State::Value
+    }
+
+    fn stream_value(&mut self, text: &str, sink: &mut CallSink) {
+        let mut text = text;
+        let fragment = &mut self.fragment;
+        fragment.clear();
+        if self.format.trim_newlines {
+            if !self.value_started {
+                text = text.strip_prefix('\n').unwrap_or(text);
+            }
+            if text.is_empty() {
+                self.value_started = true;
+                return;
+            }
+            if self.newline_held {
+                fragment.push_str("\\n");
+                self.newline_held = false;
+            }
+            if let Some(rest) = text.strip_suffix('\n') {
+                text = rest;
+                self.newline_held = true;
+            }
+        }
+        self.value_started = true;
+        escape_json_into(text, fragment);
+        sink.arguments(fragment);
+    }
+
+    fn close_value(&mut self, sink: &mut CallSink) {
+        if self.streaming_value {
+            // A held newline here is the value's last one: markup, dropped.
+            sink.arguments("\"");
+            return;
+        }
+        let key_type = self.tools.param_type(&self.name, self.key.trim());
+        self.param_prefix();
+        let mut value = self.value.as_str();
+        if self.format.trim_newlines {
+            value = value.strip_prefix('\n').unwrap_or(value);
+            value = value.strip_suffix('\n').unwrap_or(value);
+        }
+        let fragment = &mut self.fragment;
+        match self.typing {
+            ValueTyping::Text => write_json_str(value, fragment),
+            ValueTyping::Json => match serde_json::from_str::<serde_json::Value>(value.trim()) {
+                Ok(parsed) => write_json(&parsed, fragment),
+                Err(_) => write_typed_value(value, key_type, fragment),
+            },
+            ValueTyping::Schema => write_typed_value(value, key_type, fragment),
+        }
+        sink.arguments(fragment);
+        self.value.clear();
+    }
+}
+
+impl ToolParse for TaggedParser {
+    fn feed(&mut self, text: &str, sink: &mut CallSink) {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.push_str(&self.held);
+        buf.push_str(text);
+        self.held.clear();
+        let mut pos = 0;
+        while pos < buf.len() {
+            let rest = &buf[pos..];
+            let legal = &self.tables.by_state[state_slot(self.state)];
+            match legal.set.scan(rest) {
+                Scan::Found { start, end, marker } => {
+                    let role = legal.roles[marker];
+                    self.absorb(&rest[..start], sink);
+                    // A name overflow may have changed the state; the marker then means
+                    // whatever it means in the new one, if anything.
+                    if self.tables.by_state[state_slot(self.state)]
+                        .roles
+                        .contains(&role)
+                    {
+                        self.on_marker(role, sink);
+                    }
+                    pos += end;
+                }
+                Scan::Partial { hold_from } => {
+                    self.absorb(&rest[..hold_from], sink);
+                    self.held.push_str(&rest[hold_from..]);
+                    break;
+                }
+            }
+        }
+        self.scratch = buf;
+    }
+
+    fn finish(&mut self, sink: &mut CallSink) {
+        let held = std::mem::take(&mut self.held);
+        match self.state {
+            State::Text => sink.content(&held),
+            // Calls already closed by their own end tag stand without the block's end.
+            State::Block if self.calls_in_block > 0 => {}
+            State::Block | State::Skip | State::Head => {
+                sink.error("tool-call block not closed");
+            }
+            State::Invoke | State::Key | State::AfterKey | State::Value => {
+                sink.drop_call("output ended inside the call");
+            }
+        }
+        self.state = State::Text;
+        self.value.clear();
+    }
+
+    fn start_markers(&self) -> &'static [&'static str] {
+        &self.tables.start
+    }
+}
