@@ -1,4 +1,9 @@
 //! The frontend's pipeline with no HTTP in it: OpenAI request → engine request →
 //! engine output frames → the bytes the reference frontend sends.
 
+pub mod error;
+pub mod model;
 pub mod plan;
+pub mod preprocess;
+pub mod request;
+pub mod template;

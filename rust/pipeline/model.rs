@@ -1,0 +1,310 @@
+//! A Hugging Face model directory read the way the reference frontend reads a
+//! model deployment card: tokenizer, chat template, EOS ids, context length.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokenizers::Tokenizer;
+
+use crate::parsers::registry::{canonical_reasoning, canonical_tool_call};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("cannot load tokenizer {path}: {message}")]
+    Tokenizer { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Everything the pipeline needs about one served model.
+#[derive(Clone)]
+pub struct ModelCard {
+    /// What clients put in `model`.
+    pub served_name: String,
+    pub source_path: PathBuf,
+    /// Effective context length; 0 when unknown.
+    pub context_length: u32,
+    /// Canonical parser names, `None` when off.
+    pub reasoning_parser: Option<String>,
+    pub tool_call_parser: Option<String>,
+    /// From generation_config.json (else config.json, else the tokenizer's eos token).
+    pub eos_token_ids: Vec<u32>,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    pub unk_token: Option<String>,
+    /// The default chat template, and the `tool_use` variant when the config names one.
+    pub chat_template: Option<String>,
+    pub tool_use_template: Option<String>,
+    /// Tools are left out of the prompt for `tool_choice: "none"` (reference default).
+    pub exclude_tools_when_tool_choice_none: bool,
+    /// Checksum of the card, sent as `mdc_sum` in every engine request.
+    pub mdc_sum: String,
+    pub tokenizer: Arc<Tokenizer>,
+}
+
+impl std::fmt::Debug for ModelCard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelCard")
+            .field("served_name", &self.served_name)
+            .field("source_path", &self.source_path)
+            .field("context_length", &self.context_length)
+            .field("reasoning_parser", &self.reasoning_parser)
+            .field("tool_call_parser", &self.tool_call_parser)
+            .field("eos_token_ids", &self.eos_token_ids)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read_bytes(path: &Path) -> Result<Vec<u8>, ModelError> {
+    fs::read(path).map_err(|source| ModelError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// A JSON file that may be absent; a present but broken file is an error.
+fn read_json_opt(path: &Path) -> Result<Option<(Value, Vec<u8>)>, ModelError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let bytes = read_bytes(path)?;
+    let value = serde_json::from_slice(&bytes).map_err(|source| ModelError::Json {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(Some((value, bytes)))
+}
+
+/// `bos_token` etc. are either a string or an AddedToken object with `content`.
+fn special_token(config: &Value, key: &str) -> Option<String> {
+    match config.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content")?.as_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// `eos_token_id` is an int or a list of ints.
+fn token_ids(value: Option<&Value>) -> Vec<u32> {
+    match value {
+        Some(Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|v| v.as_u64().map(|v| v as u32))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `chat_template` is a string or a list of `{name, template}`; returns
+/// (default, tool_use).
+fn split_templates(value: &Value) -> (Option<String>, Option<String>) {
+    match value {
+        Value::String(s) => (Some(s.clone()), None),
+        Value::Array(items) => {
+            let named = |wanted: &str| {
+                items.iter().find_map(|item| {
+                    (item.get("name")?.as_str()? == wanted)
+                        .then(|| item.get("template")?.as_str().map(str::to_owned))
+                        .flatten()
+                })
+            };
+            (named("default"), named("tool_use"))
+        }
+        _ => (None, None),
+    }
+}
+
+/// Architectural context: config.json `max_position_embeddings` (or under
+/// `text_config`), else the tokenizer's `model_max_length` when it is a real bound.
+fn context_length(config: Option<&Value>, tokenizer_config: Option<&Value>) -> u32 {
+    let from_config = config.and_then(|c| {
+        c.get("max_position_embeddings")
+            .or_else(|| c.get("text_config")?.get("max_position_embeddings"))
+            .and_then(Value::as_u64)
+    });
+    let from_tokenizer = tokenizer_config
+        .and_then(|t| t.get("model_max_length")?.as_u64())
+        .filter(|&v| v <= u32::MAX as u64);
+    from_config
+        .or(from_tokenizer)
+        .map(|v| v.min(u32::MAX as u64) as u32)
+        .unwrap_or(0)
+}
+
+impl ModelCard {
+    /// Read a model directory. `served_name` defaults to the directory name; parser
+    /// names are canonicalised (unknown names are an error).
+    pub fn from_dir(
+        dir: impl AsRef<Path>,
+        served_name: Option<&str>,
+        reasoning_parser: Option<&str>,
+        tool_call_parser: Option<&str>,
+    ) -> Result<Self, ModelError> {
+        let dir = dir.as_ref();
+        let source_path = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer_bytes = read_bytes(&tokenizer_path)?;
+        let tokenizer =
+            Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| ModelError::Tokenizer {
+                path: tokenizer_path.clone(),
+                message: e.to_string(),
+            })?;
+
+        let tokenizer_config = read_json_opt(&dir.join("tokenizer_config.json"))?;
+        let config = read_json_opt(&dir.join("config.json"))?;
+        let generation_config = read_json_opt(&dir.join("generation_config.json"))?;
+        let template_file = dir.join("chat_template.jinja");
+        let template_json = read_json_opt(&dir.join("chat_template.json"))?;
+
+        let tc = tokenizer_config.as_ref().map(|(v, _)| v);
+        let (mut chat_template, tool_use_template) = tc
+            .and_then(|t| t.get("chat_template"))
+            .map(split_templates)
+            .unwrap_or((None, None));
+        // A separate template file takes precedence (newer HF layouts put it there).
+        if template_file.is_file() {
+            let bytes = read_bytes(&template_file)?;
+            chat_template = Some(String::from_utf8(bytes).map_err(|_| {
+                ModelError::Invalid(format!("{} is not UTF-8", template_file.display()))
+            })?);
+        } else if let Some((value, _)) = &template_json {
+            if let Some(t) = value.get("chat_template").and_then(Value::as_str) {
+                chat_template = Some(t.to_owned());
+            }
+        }
+
+        let bos_token = tc.and_then(|t| special_token(t, "bos_token"));
+        let eos_token = tc.and_then(|t| special_token(t, "eos_token"));
+        let unk_token = tc.and_then(|t| special_token(t, "unk_token"));
+
+        let mut eos_token_ids = token_ids(
+            generation_config
+                .as_ref()
+                .and_then(|(v, _)| v.get("eos_token_id")),
+        );
+        if eos_token_ids.is_empty() {
+            eos_token_ids = token_ids(config.as_ref().and_then(|(v, _)| v.get("eos_token_id")));
+        }
+        if eos_token_ids.is_empty() {
+            if let Some(id) = eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t)) {
+                eos_token_ids.push(id);
+            }
+        }
+
+        let served_name = match served_name {
+            Some(name) => name.to_owned(),
+            None => source_path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        };
+        if served_name.is_empty() {
+            return Err(ModelError::Invalid("served model name is empty".into()));
+        }
+        let reasoning_parser = reasoning_parser
+            .map(|n| canonical_reasoning(n).map(str::to_owned))
+            .transpose()
+            .map_err(|e| ModelError::Invalid(format!("unknown reasoning parser {:?}", e.name)))?;
+        let tool_call_parser = tool_call_parser
+            .map(|n| canonical_tool_call(n).map(str::to_owned))
+            .transpose()
+            .map_err(|e| ModelError::Invalid(format!("unknown tool-call parser {:?}", e.name)))?;
+
+        let context_length = context_length(config.as_ref().map(|(v, _)| v), tc);
+
+        // A stable card checksum over the name, the path and every file read.
+        let mut sum = Fnv256::default();
+        sum.update(served_name.as_bytes());
+        sum.update(source_path.to_string_lossy().as_bytes());
+        sum.update(&tokenizer_bytes);
+        for (_, bytes) in [
+            &tokenizer_config,
+            &config,
+            &generation_config,
+            &template_json,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            sum.update(bytes);
+        }
+        if let Some(t) = &chat_template {
+            sum.update(t.as_bytes());
+        }
+        sum.update(&context_length.to_le_bytes());
+
+        Ok(Self {
+            served_name,
+            source_path,
+            context_length,
+            reasoning_parser,
+            tool_call_parser,
+            eos_token_ids,
+            bos_token,
+            eos_token,
+            unk_token,
+            chat_template,
+            tool_use_template,
+            exclude_tools_when_tool_choice_none: true,
+            mdc_sum: sum.hex(),
+            tokenizer: Arc::new(tokenizer),
+        })
+    }
+
+    /// The runtime-advertised context length overrides the model files (the
+    /// reference mocker advertises 0, which `/v1/models` then reports).
+    pub fn with_context_length(mut self, context_length: u32) -> Self {
+        self.context_length = context_length;
+        self
+    }
+
+    pub fn tokenizer(&self) -> Arc<Tokenizer> {
+        Arc::clone(&self.tokenizer)
+    }
+}
+
+/// Four independent 64-bit FNV-1a lanes → a 64-hex-digit checksum. The reference
+/// uses blake3 here; the value is opaque to engines, so any stable digest will do.
+struct Fnv256 {
+    lanes: [u64; 4],
+}
+
+impl Default for Fnv256 {
+    fn default() -> Self {
+        const BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+        Self {
+            lanes: [BASIS, BASIS ^ 1, BASIS ^ 2, BASIS ^ 3],
+        }
+    }
+}
+
+impl Fnv256 {
+    fn update(&mut self, bytes: &[u8]) {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            for &b in bytes {
+                *lane = (*lane ^ u64::from(b).wrapping_add(i as u64)).wrapping_mul(PRIME);
+            }
+            // Length separator so ("ab","c") and ("a","bc") differ.
+            *lane = (*lane ^ bytes.len() as u64).wrapping_mul(PRIME);
+        }
+    }
+
+    fn hex(&self) -> String {
+        self.lanes.iter().map(|l| format!("{l:016x}")).collect()
+    }
+}
