@@ -45,4 +45,30 @@ pub struct ResponsePlan {
     pub tools: Arc<Tools>,
     /// The chat template already opened reasoning.
     pub in_reasoning: Option<bool>,
+    /// The id the response ids are built from (`chatcmpl-<request_id>`).
+    pub request_id: String,
+    /// How the request constrained tool use; `Required`/`Named` drop non-tool text.
+    pub tool_choice: ToolChoiceMode,
+    /// `parallel_tool_calls: false` keeps only the first call.
+    pub parallel_tool_calls: bool,
+    /// `stream_options.continuous_usage_stats`: usage on every chunk.
+    pub continuous_usage: bool,
+    /// The client's own stop token ids (`stop` as token ids, root `stop_token_ids`).
+    /// They are also in `hidden_stop_ids` (their text is dropped); kept apart so a
+    /// stop on one can be reported as the `stop_reason`, which EOS never is.
+    pub user_stop_ids: Vec<u32>,
+    /// `nvext.annotations` events to send before the first chunk of a stream, as
+    /// (event name, JSON-encoded comment): `request_id`, `formatted_prompt`, `token_ids`.
+    pub annotation_events: Vec<(String, String)>,
+    /// `nvext.extra_fields`: response `nvext` extras the client asked for.
+    pub extra_fields: Vec<String>,
+}
+
+/// The request's `tool_choice`, as the response side needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoiceMode {
+    Auto,
+    None,
+    Required,
+    Named(String),
 }
