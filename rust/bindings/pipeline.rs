@@ -1,0 +1,226 @@
+//! `Pipeline` and `Exchange`: the frontend pipeline for the loopback endpoint.
+//! Request bodies come in as bytes and every response byte goes out as bytes; no
+//! Python object is made per token beyond the bytes handed to the socket.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use super::errors::{model_error, request_error, unknown_parser};
+use crate::pipeline::error::HttpError;
+use crate::pipeline::model::ModelCard;
+use crate::pipeline::preprocess::{models_body, Preprocessor};
+use crate::pipeline::response::ResponseState;
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn rejected(py: Python<'_>, err: HttpError) -> PyErr {
+    let message = err.body_str().to_owned();
+    request_error(py, &message, err.status, &err.body)
+}
+
+/// One served model: tokenizer loaded and chat template compiled once.
+#[pyclass(module = "shakedown._core", frozen)]
+pub struct Pipeline {
+    preprocessor: Arc<Preprocessor>,
+    /// `/v1/models` reports the time the model was attached.
+    created: u64,
+}
+
+#[pymethods]
+impl Pipeline {
+    #[new]
+    #[pyo3(signature = (model_dir, *, served_name=None, reasoning_parser=None, tool_call_parser=None, context_length=None))]
+    fn new(
+        py: Python<'_>,
+        model_dir: PathBuf,
+        served_name: Option<&str>,
+        reasoning_parser: Option<&str>,
+        tool_call_parser: Option<&str>,
+        context_length: Option<u32>,
+    ) -> PyResult<Self> {
+        for (name, canonical) in [
+            (reasoning_parser, crate::parsers::registry::canonical_reasoning as fn(&str) -> _),
+            (tool_call_parser, crate::parsers::registry::canonical_tool_call),
+        ] {
+            if let Some(name) = name {
+                canonical(name).map_err(|e| unknown_parser(py, e))?;
+            }
+        }
+        let mut card = ModelCard::from_dir(&model_dir, served_name, reasoning_parser, tool_call_parser)
+            .map_err(|e| model_error(py, e.to_string()))?;
+        if let Some(n) = context_length {
+            card = card.with_context_length(n);
+        }
+        let preprocessor =
+            Preprocessor::new(card).map_err(|e| model_error(py, format!("chat template: {e}")))?;
+        Ok(Self {
+            preprocessor: Arc::new(preprocessor),
+            created: now_secs(),
+        })
+    }
+
+    #[getter]
+    fn served_name(&self) -> &str {
+        &self.preprocessor.card().served_name
+    }
+
+    #[getter]
+    fn context_length(&self) -> u32 {
+        self.preprocessor.card().context_length
+    }
+
+    #[getter]
+    fn reasoning_parser(&self) -> Option<&str> {
+        self.preprocessor.card().reasoning_parser.as_deref()
+    }
+
+    #[getter]
+    fn tool_call_parser(&self) -> Option<&str> {
+        self.preprocessor.card().tool_call_parser.as_deref()
+    }
+
+    #[getter]
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.preprocessor.card().eos_token_ids.clone()
+    }
+
+    /// The `GET /v1/models` body.
+    fn models_body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &models_body(self.preprocessor.card(), self.created))
+    }
+
+    /// Validate and preprocess a `/v1/chat/completions` body.
+    fn chat(&self, py: Python<'_>, body: &[u8], request_id: &str) -> PyResult<Exchange> {
+        let prepared = self
+            .preprocessor
+            .chat(body, request_id)
+            .map_err(|e| rejected(py, e))?;
+        Exchange::new(py, self, prepared)
+    }
+
+    /// Validate and preprocess a `/v1/completions` body.
+    fn completions(&self, py: Python<'_>, body: &[u8], request_id: &str) -> PyResult<Exchange> {
+        let prepared = self
+            .preprocessor
+            .completions(body, request_id)
+            .map_err(|e| rejected(py, e))?;
+        Exchange::new(py, self, prepared)
+    }
+
+    /// Token ids for `text`, without special tokens added (for scripted engines).
+    fn tokenize(&self, py: Python<'_>, text: &str) -> PyResult<Vec<u32>> {
+        self.preprocessor
+            .tokenizer()
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| model_error(py, format!("tokenize: {e}")))
+    }
+
+    /// Text for token ids, special tokens kept (as the reference decoder does).
+    fn decode(&self, py: Python<'_>, ids: Vec<u32>) -> PyResult<String> {
+        self.preprocessor
+            .tokenizer()
+            .decode(&ids, false)
+            .map_err(|e| model_error(py, format!("decode: {e}")))
+    }
+}
+
+/// One request in flight: the engine request to send, and the response being built.
+#[pyclass(module = "shakedown._core")]
+pub struct Exchange {
+    state: ResponseState,
+    engine_request: Py<PyBytes>,
+    stream: bool,
+    out: Vec<u8>,
+}
+
+impl Exchange {
+    fn new(
+        py: Python<'_>,
+        pipeline: &Pipeline,
+        prepared: crate::pipeline::preprocess::Prepared,
+    ) -> PyResult<Self> {
+        let stream = prepared.plan.stream;
+        let state = ResponseState::new(prepared.plan, pipeline.preprocessor.tokenizer())
+            .map_err(|e| unknown_parser(py, e))?;
+        Ok(Self {
+            state,
+            engine_request: PyBytes::new(py, &prepared.engine_request).unbind(),
+            stream,
+            out: Vec::with_capacity(512),
+        })
+    }
+
+    fn take<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let bytes = PyBytes::new(py, &self.out);
+        self.out.clear();
+        bytes
+    }
+}
+
+#[pymethods]
+impl Exchange {
+    #[getter]
+    fn stream(&self) -> bool {
+        self.stream
+    }
+
+    /// The engine request (PreprocessedRequest) as JSON bytes.
+    #[getter]
+    fn engine_request(&self, py: Python<'_>) -> Py<PyBytes> {
+        self.engine_request.clone_ref(py)
+    }
+
+    /// HTTP status for the response: 200 unless a unary request failed.
+    #[getter]
+    fn status(&self) -> u16 {
+        self.state.status()
+    }
+
+    /// Every choice has finished (a stop string or the length limit hit): the
+    /// engine can be told to stop.
+    #[getter]
+    fn finished(&self) -> bool {
+        self.state.is_finished()
+    }
+
+    /// One engine output frame (JSON bytes) in; the bytes to send now out (may be empty).
+    fn feed<'py>(&mut self, py: Python<'py>, frame: &[u8]) -> Bound<'py, PyBytes> {
+        self.state.feed(frame, &mut self.out);
+        self.take(py)
+    }
+
+    /// End of the engine stream: the closing SSE frames, or the whole unary body.
+    fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        self.state.finish(&mut self.out);
+        self.take(py)
+    }
+
+    /// The engine failed: an error event and `[DONE]`, or the unary error body.
+    fn fail<'py>(&mut self, py: Python<'py>, message: &str) -> Bound<'py, PyBytes> {
+        self.state.fail(message, &mut self.out);
+        self.state.finish(&mut self.out);
+        self.take(py)
+    }
+}
+
+/// The reference's flat error body `{"message","type","code"}` for a status.
+#[pyfunction]
+fn error_body<'py>(py: Python<'py>, status: u16, message: &str) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &HttpError::new(status, message).body)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Pipeline>()?;
+    m.add_class::<Exchange>()?;
+    m.add_function(wrap_pyfunction!(error_body, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,656 @@
+//! One request's response side: engine frames in, the bytes Dynamo 1.6.1's
+//! frontend would send out (SSE events while streaming, one body for unary).
+//!
+//! Per choice: detokenize (hidden EOS, stop strings) → reasoning and tool-call
+//! parsing (chat only) → chunk. Unary responses fold the very same deltas.
+
+use std::sync::Arc;
+
+use tokenizers::Tokenizer;
+
+use super::chunks::{self, ChatDelta, ChatMessage, CompletionChoice, Envelope, Usage, WholeCall};
+use super::detok::{DecodeOptions, Detokenizer};
+use super::frames::{parse_frame, EngineOutput, Frame};
+use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
+use super::sse;
+use crate::parsers::chat::ChatOptions;
+use crate::parsers::{ChatParser, Delta, UnknownParser};
+
+/// The message Dynamo shows for any engine failure (the engine's own text stays inside).
+pub const INTERNAL_ERROR: &str = "Internal server error";
+
+struct Choice {
+    index: u32,
+    detok: Detokenizer,
+    parser: Option<ChatParser>,
+    /// The next chunk is this choice's first (Dynamo stamps the role on it).
+    first: bool,
+    finished: bool,
+    had_calls: bool,
+    /// Tokens whose side (reasoning or answer) is not known yet.
+    pending_tokens: u32,
+    /// The last released text was reasoning (or nothing yet with a reasoning parser).
+    in_reasoning: bool,
+    // Unary fold.
+    content: String,
+    reasoning: String,
+    calls: Vec<WholeCall>,
+    finish_reason: Option<&'static str>,
+    logprobs: Vec<TokenLogprob>,
+    reasoning_tokens: u32,
+    /// Characters of text so far (completions `text_offset`).
+    text_chars: usize,
+}
+
+/// Response state for one request.
+pub struct ResponseState {
+    plan: ResponsePlan,
+    tokenizer: Arc<Tokenizer>,
+    chat_options: Option<ChatOptions>,
+    choices: Vec<Choice>,
+    usage: Usage,
+    /// Tool-call parsing is on (Dynamo's jail); it changes how trailing
+    /// reasoning tokens are counted.
+    jail: bool,
+    /// The parser built while checking the names in `new`, kept for the first choice.
+    spare_parser: Option<ChatParser>,
+    status: u16,
+    closed: bool,
+    /// The `nvext.annotations` events went out (they lead a stream).
+    announced: bool,
+    piece: String,
+    delta: Delta,
+    logprobs: Vec<TokenLogprob>,
+}
+
+impl ResponseState {
+    /// Fails only for a parser name the registry does not know.
+    pub fn new(plan: ResponsePlan, tokenizer: Arc<Tokenizer>) -> Result<Self, UnknownParser> {
+        let chat_options = (plan.surface == Surface::Chat).then(|| ChatOptions {
+            reasoning: plan.reasoning_parser.clone(),
+            tool_call: plan.tool_call_parser.clone(),
+            tools: plan.tools.clone(),
+            stream_arguments: false,
+            in_reasoning: plan.in_reasoning,
+        });
+        // Surface an unknown name now rather than on the first frame.
+        let spare_parser = chat_options.as_ref().map(ChatParser::new).transpose()?;
+        let jail = plan.surface == Surface::Chat && plan.tool_call_parser.is_some();
+        let usage = Usage {
+            prompt_tokens: plan.prompt_tokens,
+            ..Usage::default()
+        };
+        Ok(Self {
+            plan,
+            tokenizer,
+            chat_options,
+            choices: Vec::with_capacity(1),
+            usage,
+            jail,
+            spare_parser,
+            status: 200,
+            closed: false,
+            announced: false,
+            piece: String::new(),
+            delta: Delta::default(),
+            logprobs: Vec::new(),
+        })
+    }
+
+    /// HTTP status of the response: 200, or 500 after a unary engine failure.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// All `n` choices have finished (or the response failed): the engine can stop.
+    pub fn is_finished(&self) -> bool {
+        self.closed
+            || (self.choices.len() >= self.plan.n.max(1) as usize
+                && self.choices.iter().all(|c| c.finished))
+    }
+
+    fn envelope(&self) -> Envelope<'_> {
+        Envelope {
+            id: &self.plan.response_id,
+            created: self.plan.created,
+            model: &self.plan.model,
+        }
+    }
+
+    /// Before anything else a stream sends: the requested annotation events.
+    fn announce(&mut self, out: &mut Vec<u8>) {
+        if self.announced || !self.plan.stream {
+            return;
+        }
+        self.announced = true;
+        for (name, comment) in &self.plan.annotation_events {
+            sse::write_annotation(out, name, comment);
+        }
+    }
+
+    /// Take one engine frame (JSON bytes); append what is to be sent now.
+    pub fn feed(&mut self, frame: &[u8], out: &mut Vec<u8>) {
+        if self.closed {
+            return;
+        }
+        self.announce(out);
+        match parse_frame(frame) {
+            Ok(Frame::Output(output)) => self.output(&output, out),
+            Ok(Frame::Skip) => {}
+            // A 4xx the engine reports as `{"message","code"}` reaches the client;
+            // any other failure, and malformed frames, become a generic 500.
+            Ok(Frame::Error(message)) => match client_error(&message) {
+                Some((code, message)) => self.fail_with(code, &message, out),
+                None => self.fail(INTERNAL_ERROR, out),
+            },
+            Err(_) => self.fail(INTERNAL_ERROR, out),
+        }
+    }
+
+    /// The engine failed: an in-stream error event (streaming) or a 500 body (unary).
+    pub fn fail(&mut self, message: &str, out: &mut Vec<u8>) {
+        self.fail_with(500, message, out);
+    }
+
+    /// Fail with a given HTTP status: streaming keeps its 200 and sends the
+    /// OpenAI-style error event; unary gets the status and Dynamo's flat body.
+    pub fn fail_with(&mut self, status: u16, message: &str, out: &mut Vec<u8>) {
+        if self.closed {
+            return;
+        }
+        self.announce(out);
+        self.closed = true;
+        if self.plan.stream {
+            sse::write_error(out, message, sse::error_type(status), status);
+        } else {
+            self.status = status;
+            out.extend_from_slice(b"{\"message\":");
+            chunks::write_str(out, message);
+            out.extend_from_slice(b",\"type\":");
+            chunks::write_str(out, reason_phrase(status));
+            out.extend_from_slice(b",\"code\":");
+            chunks::write_u64(out, status.into());
+            out.push(b'}');
+        }
+    }
+
+    /// The engine stream ended: append the closing events, or the unary body.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.closed {
+            return;
+        }
+        self.announce(out);
+        self.closed = true;
+        for slot in 0..self.choices.len() {
+            if !self.choices[slot].finished {
+                self.piece.clear();
+                self.emit(slot, 0, None, true, out);
+            }
+        }
+        self.usage.reasoning_tokens = self.choices.iter().map(|c| c.reasoning_tokens).sum();
+        let env = self.envelope();
+        if self.plan.stream {
+            if self.plan.include_usage {
+                sse::begin_event(out);
+                match self.plan.surface {
+                    Surface::Chat => chunks::write_chat_usage_chunk(out, &env, &self.usage),
+                    Surface::Completions => {
+                        chunks::write_completion_usage_chunk(out, &env, &self.usage)
+                    }
+                }
+                sse::end_event(out);
+            }
+            sse::write_done(out);
+            return;
+        }
+        let mut order: Vec<&Choice> = self.choices.iter().collect();
+        order.sort_by_key(|c| c.index);
+        let surface = self.plan.surface;
+        let rendered: Vec<Option<Vec<u8>>> = order
+            .iter()
+            .map(|c| render_logprobs(surface, &c.logprobs))
+            .collect();
+        match surface {
+            Surface::Chat => {
+                let messages: Vec<ChatMessage> = order
+                    .iter()
+                    .zip(&rendered)
+                    .map(|(c, lp)| ChatMessage {
+                        index: c.index,
+                        content: &c.content,
+                        tool_calls: &c.calls,
+                        reasoning: &c.reasoning,
+                        finish_reason: c.finish_reason,
+                        logprobs: lp.as_deref(),
+                    })
+                    .collect();
+                chunks::write_chat_completion(out, &env, &messages, &self.usage);
+            }
+            Surface::Completions => {
+                let choices: Vec<CompletionChoice> = order
+                    .iter()
+                    .zip(&rendered)
+                    .map(|(c, lp)| CompletionChoice {
+                        index: c.index,
+                        text: &c.content,
+                        logprobs: lp.as_deref(),
+                        finish_reason: c.finish_reason,
+                    })
+                    .collect();
+                chunks::write_completion(out, &env, &choices, &self.usage);
+            }
+        }
+    }
+
+    fn slot(&mut self, index: u32) -> usize {
+        if let Some(slot) = self.choices.iter().position(|c| c.index == index) {
+            return slot;
+        }
+        let plan = &self.plan;
+        let detok = Detokenizer::new(
+            self.tokenizer.clone(),
+            DecodeOptions {
+                skip_special_tokens: plan.skip_special_tokens,
+                hidden_stop_ids: plan.hidden_stop_ids.clone(),
+                stop: plan.stop.clone(),
+                include_stop_str_in_output: plan.include_stop_str_in_output,
+                min_tokens: plan.min_tokens.unwrap_or(0),
+            },
+        );
+        let parser = self.spare_parser.take().or_else(|| {
+            self.chat_options
+                .as_ref()
+                .map(|o| ChatParser::new(o).expect("parser names checked in ResponseState::new"))
+        });
+        self.choices.push(Choice {
+            index,
+            detok,
+            parser,
+            first: true,
+            finished: false,
+            had_calls: false,
+            pending_tokens: 0,
+            in_reasoning: plan.reasoning_parser.is_some() && plan.in_reasoning != Some(false),
+            content: String::new(),
+            reasoning: String::new(),
+            calls: Vec::new(),
+            finish_reason: None,
+            logprobs: Vec::new(),
+            reasoning_tokens: 0,
+            text_chars: 0,
+        });
+        self.choices.len() - 1
+    }
+
+    fn output(&mut self, output: &EngineOutput, out: &mut Vec<u8>) {
+        let slot = self.slot(output.index.unwrap_or(0));
+        if self.choices[slot].finished {
+            return;
+        }
+        if let Some(details) = output
+            .completion_usage
+            .as_ref()
+            .and_then(|u| u.prompt_tokens_details.as_ref())
+        {
+            self.usage.cached_tokens = Some(details.cached_tokens);
+        }
+        self.piece.clear();
+        let step = match self.choices[slot].detok.step(output, &mut self.piece) {
+            Ok(step) => step,
+            Err(_) => return self.fail(INTERNAL_ERROR, out),
+        };
+        self.usage.completion_tokens += step.tokens;
+        let finish = if step.stopped {
+            Some("stop")
+        } else {
+            output.finish_reason.as_ref().and_then(|f| f.openai())
+        };
+        self.logprobs.clear();
+        if self.plan.logprobs {
+            self.collect_logprobs(slot, output, step.tokens as usize);
+        }
+        self.emit(slot, step.tokens, finish, false, out);
+    }
+
+    /// Turn `self.piece` (and, at the end, whatever the parsers hold) into the
+    /// choice's next chunk(s), or fold it into the unary message.
+    fn emit(
+        &mut self,
+        slot: usize,
+        tokens: u32,
+        finish: Option<&'static str>,
+        stream_end: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let ending = finish.is_some() || stream_end;
+        let choice = &mut self.choices[slot];
+        self.delta.clear();
+        match choice.parser.as_mut() {
+            Some(parser) => {
+                parser.feed(&self.piece, &mut self.delta);
+                if ending {
+                    parser.finish(&mut self.delta);
+                }
+            }
+            None => self.delta.content.push_str(&self.piece),
+        }
+        if matches!(
+            self.plan.tool_choice,
+            ToolChoiceMode::Required | ToolChoiceMode::Named(_)
+        ) {
+            self.delta.content.clear();
+        }
+        if !self.plan.parallel_tool_calls {
+            self.delta.calls.retain(|c| c.index == 0);
+        }
+        count_reasoning(choice, &self.delta, tokens, ending && !self.jail);
+        choice.had_calls |= !self.delta.calls.is_empty();
+        let finish = finish.map(|f| if choice.had_calls { "tool_calls" } else { f });
+        if ending {
+            choice.finished = true;
+            choice.finish_reason = finish;
+        }
+        if !self.plan.stream {
+            choice.logprobs.append(&mut self.logprobs);
+            choice.content.push_str(&self.delta.content);
+            choice.reasoning.push_str(&self.delta.reasoning);
+            choice
+                .calls
+                .extend(self.delta.calls.drain(..).map(|c| WholeCall {
+                    id: c.id.unwrap_or_default(),
+                    name: c.name.unwrap_or_default(),
+                    arguments: c.arguments,
+                }));
+            return;
+        }
+        let index = choice.index;
+        let role = std::mem::take(&mut choice.first);
+        let running = self.plan.continuous_usage.then(|| Usage {
+            reasoning_tokens: self.choices.iter().map(|c| c.reasoning_tokens).sum(),
+            ..self.usage
+        });
+        let usage = running.as_ref();
+        let env = Envelope {
+            id: &self.plan.response_id,
+            created: self.plan.created,
+            model: &self.plan.model,
+        };
+        let rendered = render_logprobs(self.plan.surface, &self.logprobs);
+        if self.plan.surface == Surface::Completions {
+            let text = self.delta.content.as_str();
+            if text.is_empty() && finish.is_none() && rendered.is_none() {
+                return;
+            }
+            sse::begin_event(out);
+            chunks::write_completion_chunk(
+                out,
+                &env,
+                index,
+                text,
+                rendered.as_deref(),
+                finish,
+                usage,
+            );
+            sse::end_event(out);
+            return;
+        }
+        let text = non_empty(&self.delta.content);
+        let reasoning = non_empty(&self.delta.reasoning);
+        if self.delta.calls.is_empty() {
+            let delta = ChatDelta {
+                content: text,
+                tool_calls: &[],
+                role,
+                reasoning,
+            };
+            if delta.is_empty() && finish.is_none() && rendered.is_none() {
+                return;
+            }
+            sse::begin_event(out);
+            chunks::write_chat_chunk(out, &env, index, &delta, finish, rendered.as_deref(), usage);
+            sse::end_event(out);
+            return;
+        }
+        // Dynamo releases a call as its own chunk with `"content":""`; text the
+        // same step released before it goes out first.
+        let lead = ChatDelta {
+            content: text,
+            tool_calls: &[],
+            role,
+            reasoning,
+        };
+        if !lead.is_empty() {
+            sse::begin_event(out);
+            chunks::write_chat_chunk(out, &env, index, &lead, None, None, usage);
+            sse::end_event(out);
+        }
+        let calls = ChatDelta {
+            content: Some(""),
+            tool_calls: &self.delta.calls,
+            role: false,
+            reasoning: None,
+        };
+        sse::begin_event(out);
+        chunks::write_chat_chunk(out, &env, index, &calls, finish, rendered.as_deref(), usage);
+        sse::end_event(out);
+    }
+
+    /// Collect this frame's log probs (the tokens it consumed) into `self.logprobs`.
+    fn collect_logprobs(&mut self, slot: usize, output: &EngineOutput, tokens: usize) {
+        let Some(log_probs) = output.log_probs.as_ref() else {
+            return;
+        };
+        let choice = &mut self.choices[slot];
+        // Like Dynamo's backend: each token's text is what the decoder released
+        // for it; only engine-decoded frames keep the engine's own strings.
+        let ends = choice.detok.token_ends();
+        let mut start = 0;
+        for (i, (&id, &lp)) in output
+            .token_ids
+            .iter()
+            .zip(log_probs)
+            .take(tokens)
+            .enumerate()
+        {
+            let token = match ends.get(i) {
+                Some(&end) => {
+                    let piece = self.piece.get(start..end).unwrap_or_default().to_owned();
+                    start = end;
+                    piece
+                }
+                None => output
+                    .tokens
+                    .as_ref()
+                    .and_then(|t| t.get(i).cloned().flatten())
+                    .unwrap_or_default(),
+            };
+            let mut top: Vec<(String, f32)> = Vec::new();
+            let mut has_sampled = false;
+            for alt in output
+                .top_logprobs
+                .as_ref()
+                .and_then(|t| t.get(i))
+                .into_iter()
+                .flatten()
+            {
+                has_sampled |= alt.token_id == id;
+                top.push((alt.token.clone().unwrap_or_default(), alt.logprob as f32));
+            }
+            if !has_sampled && self.plan.surface == Surface::Chat {
+                top.push((token.clone(), lp as f32));
+            }
+            let offset = choice.text_chars;
+            choice.text_chars += token.chars().count();
+            self.logprobs.push(TokenLogprob {
+                token,
+                logprob: lp as f32,
+                top,
+                offset,
+            });
+        }
+    }
+}
+
+/// An engine error that is the client's fault: `{"message": …, "code": 4xx}`.
+fn client_error(text: &str) -> Option<(u16, String)> {
+    #[derive(serde::Deserialize)]
+    struct Reported {
+        message: String,
+        code: u16,
+    }
+    let reported: Reported = serde_json::from_str(text).ok()?;
+    (400..500)
+        .contains(&reported.code)
+        .then_some((reported.code, reported.message))
+}
+
+/// The `type` of Dynamo's flat error body: the status's reason phrase.
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        499 => "Client Closed Request",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Internal Server Error",
+    }
+}
+
+fn non_empty(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// Dynamo's `reasoning_tokens`, as the captures show it: the tokens released
+/// while reasoning (including `<think>`, excluding `</think>`). Tokens that
+/// released nothing are settled by the next text; at the end they count as
+/// reasoning only if reasoning never closed and no tool jail ran.
+fn count_reasoning(choice: &mut Choice, delta: &Delta, tokens: u32, settle_at_end: bool) {
+    choice.pending_tokens += tokens;
+    if !delta.content.is_empty() || !delta.calls.is_empty() {
+        choice.pending_tokens = 0;
+        choice.in_reasoning = false;
+    } else if !delta.reasoning.is_empty() || (settle_at_end && choice.in_reasoning) {
+        choice.reasoning_tokens += choice.pending_tokens;
+        choice.pending_tokens = 0;
+        choice.in_reasoning = true;
+    }
+}
+
+/// One sampled token's log prob with its alternatives.
+#[derive(Debug, Clone)]
+struct TokenLogprob {
+    token: String,
+    logprob: f32,
+    top: Vec<(String, f32)>,
+    /// Characters of choice text before this token (completions `text_offset`).
+    offset: usize,
+}
+
+/// A token's UTF-8 bytes as a JSON array, `null` for an empty token.
+fn write_bytes(out: &mut Vec<u8>, token: &str) {
+    if token.is_empty() {
+        out.extend_from_slice(b"null");
+        return;
+    }
+    out.push(b'[');
+    for (i, b) in token.bytes().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        chunks::write_u64(out, b.into());
+    }
+    out.push(b']');
+}
+
+/// Chat: `{"content":[{"token","logprob","bytes","top_logprobs":[…]}],"refusal":null}`.
+fn write_chat_logprobs(out: &mut Vec<u8>, entries: &[TokenLogprob]) {
+    out.extend_from_slice(b"{\"content\":[");
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"token\":");
+        chunks::write_str(out, &e.token);
+        out.extend_from_slice(b",\"logprob\":");
+        chunks::write_f32(out, e.logprob);
+        out.extend_from_slice(b",\"bytes\":");
+        write_bytes(out, &e.token);
+        out.extend_from_slice(b",\"top_logprobs\":[");
+        for (j, (token, lp)) in e.top.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"token\":");
+            chunks::write_str(out, token);
+            out.extend_from_slice(b",\"logprob\":");
+            chunks::write_f32(out, *lp);
+            out.extend_from_slice(b",\"bytes\":");
+            write_bytes(out, token);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"]}");
+    }
+    out.extend_from_slice(b"],\"refusal\":null}");
+}
+
+/// Completions: `{"tokens","token_logprobs","top_logprobs":[{tok:lp}],"text_offset"}`.
+fn write_completion_logprobs(out: &mut Vec<u8>, entries: &[TokenLogprob]) {
+    out.extend_from_slice(b"{\"tokens\":[");
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        chunks::write_str(out, &e.token);
+    }
+    out.extend_from_slice(b"],\"token_logprobs\":[");
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        chunks::write_f32(out, e.logprob.max(-9999.0));
+    }
+    out.extend_from_slice(b"],\"top_logprobs\":[");
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'{');
+        for (j, (token, lp)) in e.top.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            chunks::write_str(out, token);
+            out.push(b':');
+            chunks::write_f32(out, lp.max(-9999.0));
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"text_offset\":[");
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        chunks::write_u64(out, e.offset as u64);
+    }
+    out.extend_from_slice(b"]}");
+}
+
+fn render_logprobs(surface: Surface, entries: &[TokenLogprob]) -> Option<Vec<u8>> {
+    if entries.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(64 * entries.len());
+    match surface {
+        Surface::Chat => write_chat_logprobs(&mut out, entries),
+        Surface::Completions => write_completion_logprobs(&mut out, entries),
+    }
+    Some(out)
+}

@@ -1,0 +1,85 @@
+//! Server-sent events as axum 0.8 writes them for Dynamo 1.6.1:
+//! `data: <json>\n\n`, the in-stream error event, and `data: [DONE]`.
+
+/// Open a `data:` event; the JSON payload follows, then [`end_event`].
+pub fn begin_event(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"data: ");
+}
+
+pub fn end_event(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\n\n");
+}
+
+/// A named event with a comment and no data (the `nvext.annotations` events).
+pub fn write_annotation(out: &mut Vec<u8>, name: &str, comment: &str) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\n: ");
+    // A comment is one line: newlines become spaces.
+    out.extend(
+        comment
+            .bytes()
+            .map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\n\n");
+}
+
+/// The natural end of a stream.
+pub fn write_done(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"data: [DONE]\n\n");
+}
+
+/// The in-stream error `type` for an HTTP status, as Dynamo names them.
+pub fn error_type(status: u16) -> &'static str {
+    match status {
+        400 | 413 | 422 => "invalid_request_error",
+        401 | 403 => "authentication_error",
+        404 => "not_found_error",
+        408 | 504 => "timeout_error",
+        499 => "request_cancelled",
+        501 => "not_implemented_error",
+        503 => "service_unavailable",
+        _ => "internal_server_error",
+    }
+}
+
+/// An error after the 200 went out: OpenAI-style envelope, then `[DONE]`.
+pub fn write_error(out: &mut Vec<u8>, message: &str, kind: &str, code: u16) {
+    begin_event(out);
+    out.extend_from_slice(b"{\"error\":{\"message\":");
+    super::chunks::write_str(out, message);
+    out.extend_from_slice(b",\"type\":");
+    super::chunks::write_str(out, kind);
+    out.extend_from_slice(b",\"code\":");
+    super::chunks::write_u64(out, code.into());
+    out.extend_from_slice(b"}}");
+    end_event(out);
+    write_done(out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotation_event_bytes() {
+        let mut out = Vec::new();
+        write_annotation(&mut out, "request_id", "\"abc\"\nx");
+        assert_eq!(out, b"event: request_id\n: \"abc\" x\n\n");
+    }
+
+    #[test]
+    fn error_event_bytes() {
+        let mut out = Vec::new();
+        write_error(
+            &mut out,
+            "Internal server error",
+            "internal_server_error",
+            500,
+        );
+        assert_eq!(
+            out,
+            b"data: {\"error\":{\"message\":\"Internal server error\",\"type\":\"internal_server_error\",\"code\":500}}\n\ndata: [DONE]\n\n"
+        );
+    }
+}
