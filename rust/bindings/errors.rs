@@ -81,7 +81,6 @@ pub fn unknown_parser(py: Python<'_>, err: UnknownParser) -> PyErr {
     raise(py, &UNKNOWN_PARSER_ERROR, err.to_string())
 }
 
-#[allow(dead_code)] // used once the pipeline binding lands
 pub fn model_error(py: Python<'_>, message: String) -> PyErr {
     raise(py, &MODEL_ERROR, message)
 }
@@ -91,7 +90,6 @@ pub fn shakedown_error(py: Python<'_>, message: String) -> PyErr {
 }
 
 /// A rejected request, carrying the status and body the reference would send.
-#[allow(dead_code)] // used once the pipeline binding lands
 pub fn request_error(py: Python<'_>, message: &str, status: u16, body: &[u8]) -> PyErr {
     let Some(class) = REQUEST_ERROR.get(py) else {
         return PyValueError::new_err(message.to_owned());

@@ -47,15 +47,22 @@ impl Pipeline {
         context_length: Option<u32>,
     ) -> PyResult<Self> {
         for (name, canonical) in [
-            (reasoning_parser, crate::parsers::registry::canonical_reasoning as fn(&str) -> _),
-            (tool_call_parser, crate::parsers::registry::canonical_tool_call),
+            (
+                reasoning_parser,
+                crate::parsers::registry::canonical_reasoning as fn(&str) -> _,
+            ),
+            (
+                tool_call_parser,
+                crate::parsers::registry::canonical_tool_call,
+            ),
         ] {
             if let Some(name) = name {
                 canonical(name).map_err(|e| unknown_parser(py, e))?;
             }
         }
-        let mut card = ModelCard::from_dir(&model_dir, served_name, reasoning_parser, tool_call_parser)
-            .map_err(|e| model_error(py, e.to_string()))?;
+        let mut card =
+            ModelCard::from_dir(&model_dir, served_name, reasoning_parser, tool_call_parser)
+                .map_err(|e| model_error(py, e.to_string()))?;
         if let Some(n) = context_length {
             card = card.with_context_length(n);
         }

@@ -27,6 +27,8 @@ pub struct CallSink {
     stream_arguments: bool,
     content: String,
     calls: Vec<CallDelta>,
+    /// Length of `content` when the first of `calls` was released.
+    calls_at: usize,
     open: Option<OpenCall>,
     next_index: usize,
     errors: Vec<ParseError>,
@@ -51,6 +53,7 @@ impl CallSink {
             stream_arguments,
             content: String::new(),
             calls: Vec::new(),
+            calls_at: 0,
             open: None,
             next_index: 0,
             errors: Vec::new(),
@@ -59,6 +62,13 @@ impl CallSink {
 
     pub fn content(&mut self, text: &str) {
         self.content.push_str(text);
+    }
+
+    fn release(&mut self, call: CallDelta) {
+        if self.calls.is_empty() {
+            self.calls_at = self.content.len();
+        }
+        self.calls.push(call);
     }
 
     /// Open a call. `id` is the model's own id where the format carries one (Kimi).
@@ -70,7 +80,7 @@ impl CallSink {
         self.next_index += 1;
         let id = id.unwrap_or_else(new_call_id);
         if self.stream_arguments {
-            self.calls.push(CallDelta {
+            self.release(CallDelta {
                 index,
                 id: Some(id.clone()),
                 name: Some(name.to_owned()),
@@ -99,12 +109,15 @@ impl CallSink {
         }
         match self.calls.last_mut() {
             Some(last) if last.index == open.index => last.arguments.push_str(fragment),
-            _ => self.calls.push(CallDelta {
-                index: open.index,
-                id: None,
-                name: None,
-                arguments: fragment.to_owned(),
-            }),
+            _ => {
+                let index = open.index;
+                self.release(CallDelta {
+                    index,
+                    id: None,
+                    name: None,
+                    arguments: fragment.to_owned(),
+                });
+            }
         }
     }
 
@@ -114,7 +127,7 @@ impl CallSink {
             return;
         };
         if !self.stream_arguments {
-            self.calls.push(CallDelta {
+            self.release(CallDelta {
                 index: open.index,
                 id: Some(open.id),
                 name: Some(open.name),
@@ -158,6 +171,9 @@ impl CallSink {
 
     /// Move what was collected into `out`.
     pub fn drain_into(&mut self, out: &mut Delta) {
+        if out.calls.is_empty() && !self.calls.is_empty() {
+            out.calls_at = out.content.len() + self.calls_at;
+        }
         out.content.push_str(&self.content);
         self.content.clear();
         out.calls.append(&mut self.calls);
@@ -202,6 +218,23 @@ mod tests {
         assert_eq!(out.calls.len(), 1);
         assert_eq!(out.calls[0].id.as_deref(), Some("functions.f:0"));
         assert_eq!(out.calls[0].arguments, "{\"a\":1}");
+    }
+
+    #[test]
+    fn records_where_calls_fall_in_the_content() {
+        let mut sink = CallSink::new(false);
+        sink.content("before ");
+        sink.begin_call("f", None);
+        sink.arguments("{}");
+        sink.end_call();
+        sink.content("after");
+        let mut out = Delta {
+            content: "earlier ".into(),
+            ..Delta::default()
+        };
+        sink.drain_into(&mut out);
+        assert_eq!(&out.content[..out.calls_at], "earlier before ");
+        assert_eq!(&out.content[out.calls_at..], "after");
     }
 
     #[test]

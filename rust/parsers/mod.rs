@@ -37,6 +37,9 @@ pub struct Delta {
     pub content: String,
     pub reasoning: String,
     pub calls: Vec<CallDelta>,
+    /// `content[..calls_at]` was released before the first call and the rest after
+    /// it, so a server can keep the model's order when it frames them apart.
+    pub calls_at: usize,
 }
 
 impl Delta {
@@ -48,6 +51,7 @@ impl Delta {
         self.content.clear();
         self.reasoning.clear();
         self.calls.clear();
+        self.calls_at = 0;
     }
 }
 

@@ -412,9 +412,10 @@ impl ResponseState {
             return;
         }
         // Dynamo releases a call as its own chunk with `"content":""`; text the
-        // same step released before it goes out first.
+        // same step released before it goes out first, text after it next.
+        let (before, after) = self.delta.content.split_at(self.delta.calls_at);
         let lead = ChatDelta {
-            content: text,
+            content: non_empty(before),
             tool_calls: &[],
             role,
             reasoning,
@@ -430,8 +431,21 @@ impl ResponseState {
             role: false,
             reasoning: None,
         };
+        let trail = ChatDelta {
+            content: non_empty(after),
+            tool_calls: &[],
+            role: false,
+            reasoning: None,
+        };
         sse::begin_event(out);
-        chunks::write_chat_chunk(out, &env, index, &calls, finish, rendered.as_deref(), usage);
+        if trail.is_empty() {
+            chunks::write_chat_chunk(out, &env, index, &calls, finish, rendered.as_deref(), usage);
+        } else {
+            chunks::write_chat_chunk(out, &env, index, &calls, None, rendered.as_deref(), usage);
+            sse::end_event(out);
+            sse::begin_event(out);
+            chunks::write_chat_chunk(out, &env, index, &trail, finish, None, usage);
+        }
         sse::end_event(out);
     }
 
