@@ -1,0 +1,366 @@
+"""The RSGI application: routes, and the relay between the pipeline and an engine.
+
+Everything the client sees is bytes from the pipeline (`Exchange.feed/finish/fail`,
+`models_body`, `error_body`); this module only moves them, decides status codes the
+pipeline can't know (401/404/405/413/415/503), and keeps engines from hurting the host:
+an engine exception becomes the reference's error, a client disconnect closes the
+engine's generator, and `close()` ends open streams with an error event and [DONE].
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import uuid
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import orjson
+from granian._granian import RSGIHTTPProtocol as HTTPProtocol
+from granian._granian import RSGIHTTPStreamTransport as StreamTransport
+from granian._granian import RSGIProtocolClosed as ProtocolClosed
+from granian.rsgi import Scope
+
+from shakedown._core import Exchange, Pipeline, RequestError, error_body
+
+from .context import RequestContext
+from .frames import engine_frames, log_failure
+from .registry import EngineRegistry
+
+log = logging.getLogger("shakedown.endpoint")
+
+
+JSON_HEADERS = [("content-type", "application/json")]
+SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+
+# The reference hides engine error text from clients; the real error goes to the log.
+ENGINE_ERROR = "Internal server error"
+SHUTTING_DOWN = "Service is shutting down"
+UNAUTHORIZED = "Invalid or missing bearer token"
+UNSUPPORTED_MEDIA = "Expected request with Content-Type application/json"
+EMPTY_MODELS = b'{"object":"list","data":[]}'
+LIVE = b'{"status":"live","message":"Service is live"}'
+NOT_LIVE = b'{"status":"shutting_down","message":"Service is shutting down"}'
+
+_CHAT, _COMPLETIONS, _MODELS, _HEALTH, _LIVE = range(5)
+_ROUTES: dict[str, tuple[str, int]] = {
+    "/v1/chat/completions": ("POST", _CHAT),
+    "/v1/completions": ("POST", _COMPLETIONS),
+    "/v1/models": ("GET", _MODELS),
+    "/health": ("GET", _HEALTH),
+    "/live": ("GET", _LIVE),
+}
+
+
+def body_limit_bytes() -> int:
+    """The request body limit, from `DYN_HTTP_BODY_LIMIT_MB` like the reference (45 MB)."""
+    raw = os.environ.get("DYN_HTTP_BODY_LIMIT_MB", "").strip()
+    megabytes = int(raw) if raw.isdigit() else 45
+    return megabytes * 1024 * 1024
+
+
+def is_json_content_type(value: str) -> bool:
+    """`application/json` or any `*/*+json`, parameters ignored, as axum's Json extractor."""
+    mime = value.split(";", 1)[0].strip().lower()
+    kind, _, subtype = mime.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def _request_id(headers: Any) -> str:
+    """The deprecated `x-dynamo-request-id` when it is a UUID, else a fresh UUID v4."""
+    given = headers.get("x-dynamo-request-id")
+    if given:
+        try:
+            return str(uuid.UUID(given))
+        except ValueError:
+            pass
+    return str(uuid.uuid4())
+
+
+class _Active:
+    """A request in flight, so `close()` and a disconnect can interrupt it."""
+
+    __slots__ = ("context", "disconnected", "stopping", "task")
+
+    def __init__(self, task: asyncio.Task[Any], context: RequestContext) -> None:
+        self.task = task
+        self.context = context
+        self.disconnected = False
+        self.stopping = False
+
+    @property
+    def interrupted(self) -> bool:
+        return self.disconnected or self.stopping
+
+    def on_disconnect(self, _: object) -> None:
+        if self.task.done():
+            return
+        self.disconnected = True
+        self.context.stop_generating()
+        self.task.cancel()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.context.stop_generating()
+        self.task.cancel()
+
+
+def absorb_cancel(task: asyncio.Task[Any]) -> None:
+    """We cancelled this task ourselves and handled it; clear the request so later awaits
+    (and asyncio.timeout users) behave normally. `uncancel` exists from 3.11."""
+    uncancel = getattr(task, "uncancel", None)
+    if uncancel is not None:
+        uncancel()
+
+
+class EndpointApp:
+    """RSGI app serving one model's pipeline, with the engine looked up per request."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        registry: EngineRegistry,
+        endpoint: str,
+        *,
+        api_key: str | None = None,
+    ) -> None:
+        """`api_key`, when set, is the bearer token every request must carry (401 otherwise):
+        the validation gates get it, other local processes don't."""
+        self.pipeline = pipeline
+        self.registry = registry
+        self.endpoint = endpoint
+        self._bearer = None if api_key is None else f"Bearer {api_key}".encode()
+        self._unauthorized = error_body(401, UNAUTHORIZED)
+        self.body_limit = body_limit_bytes()
+        self._closing = False
+        self._active: set[_Active] = set()
+        self._not_ready = error_body(
+            503,
+            f"Model `{pipeline.served_name}` is not ready to serve requests yet. The deployment "
+            "may still be starting up or is not fully provisioned. Please retry shortly.",
+        )
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._active)
+
+    def close(self) -> None:
+        """Refuse new requests and end the open ones. Call on the app's loop thread."""
+        self._closing = True
+        for active in list(self._active):
+            active.stop()
+
+    async def __rsgi__(self, scope: Scope, proto: HTTPProtocol) -> None:
+        try:
+            await self._route(scope, proto)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Nothing a request does may escape into the host; answer 500 if we still can.
+            log_failure("unexpected error serving %s %s", scope.method, scope.path)
+            try:
+                proto.response_bytes(500, JSON_HEADERS, error_body(500, ENGINE_ERROR))
+            except Exception:
+                log.debug("could not send the 500 response")
+
+    async def _route(self, scope: Scope, proto: HTTPProtocol) -> None:
+        if self._bearer is not None:
+            given = scope.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, self._bearer):
+                headers = [*JSON_HEADERS, ("www-authenticate", "Bearer")]
+                proto.response_bytes(401, headers, self._unauthorized)
+                return
+        path, method = scope.path, scope.method
+        route = _ROUTES.get(path)
+        if route is None:
+            body = error_body(404, f"Route not found: {method} {path}")
+            proto.response_bytes(404, JSON_HEADERS, body)
+            return
+        allowed, kind = route
+        if method != allowed and not (allowed == "GET" and method == "HEAD"):
+            proto.response_empty(405, [("allow", allowed)])
+            return
+        if kind in (_CHAT, _COMPLETIONS):
+            await self._generate(scope, proto, kind == _CHAT)
+        elif kind == _MODELS:
+            registered = self.registry.get(self.endpoint) is not None
+            body = self.pipeline.models_body() if registered else EMPTY_MODELS
+            proto.response_bytes(200, JSON_HEADERS, body)
+        elif kind == _HEALTH:
+            status, body = self._health()
+            proto.response_bytes(status, JSON_HEADERS, body)
+        else:
+            status = 503 if self._closing else 200
+            proto.response_bytes(status, JSON_HEADERS, NOT_LIVE if self._closing else LIVE)
+
+    def _health(self) -> tuple[int, bytes]:
+        if self._closing:
+            return 503, orjson.dumps(
+                {"status": "shutting_down", "message": SHUTTING_DOWN, "endpoints": []}
+            )
+        names = [self.endpoint] if self.registry.get(self.endpoint) is not None else []
+        instances = []
+        for name in names:
+            parts = name.split(".")
+            if len(parts) == 3:
+                namespace, component, endpoint = parts
+                instances.append(
+                    {"component": component, "endpoint": endpoint, "namespace": namespace}
+                )
+        endpoints = [f"dyn://{name}" for name in names]
+        return 200, orjson.dumps(
+            {"status": "healthy", "endpoints": endpoints, "instances": instances}
+        )
+
+    async def _read_body(self, scope: Scope, proto: HTTPProtocol) -> bytes | None:
+        """The whole body, or None when it is over the limit."""
+        declared = scope.headers.get("content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.body_limit:
+                return None
+            return await proto()
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in proto:
+            size += len(chunk)
+            if size > self.body_limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _generate(self, scope: Scope, proto: HTTPProtocol, chat: bool) -> None:
+        if self._closing:
+            proto.response_bytes(503, JSON_HEADERS, error_body(503, SHUTTING_DOWN))
+            return
+        if not is_json_content_type(scope.headers.get("content-type", "")):
+            proto.response_bytes(415, JSON_HEADERS, error_body(415, UNSUPPORTED_MEDIA))
+            return
+        body = await self._read_body(scope, proto)
+        if body is None:
+            megabytes = self.body_limit // (1024 * 1024)
+            message = (
+                f"Request body exceeds the limit of {megabytes} MB set by DYN_HTTP_BODY_LIMIT_MB"
+            )
+            proto.response_bytes(413, JSON_HEADERS, error_body(413, message))
+            return
+        request_id = _request_id(scope.headers)
+        headers = JSON_HEADERS
+        echoed = scope.headers.get("x-request-id")
+        if echoed is not None:
+            headers = [*JSON_HEADERS, ("x-request-id", echoed)]
+        try:
+            if chat:
+                exchange = self.pipeline.chat(body, request_id)
+            else:
+                exchange = self.pipeline.completions(body, request_id)
+        except RequestError as err:
+            proto.response_bytes(err.status, headers, err.body)
+            return
+        registration = self.registry.get(self.endpoint)
+        if registration is None:
+            proto.response_bytes(503, headers, self._not_ready)
+            return
+        task = asyncio.current_task()
+        if task is None:  # granian's asyncio task implementation always gives one
+            raise RuntimeError("the endpoint must run handlers as asyncio tasks")
+        active = _Active(task, RequestContext(request_id))
+        self._active.add(active)
+        watcher = asyncio.ensure_future(proto.client_disconnect())
+        watcher.add_done_callback(active.on_disconnect)
+        try:
+            request = orjson.loads(exchange.engine_request)
+            if exchange.stream:
+                sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, headers[-1]]
+                frames = engine_frames(registration, request, active.context)
+                # No local here: `_stream` must hold the only reference (see its finally).
+                await self._stream(
+                    proto.response_stream(200, sse_headers), exchange, frames, active
+                )
+            else:
+                frames = engine_frames(registration, request, active.context)
+                status, body = await self._unary(exchange, frames, active)
+                if status:
+                    proto.response_bytes(status, headers, body)
+        finally:
+            watcher.remove_done_callback(active.on_disconnect)
+            watcher.cancel()
+            self._active.discard(active)
+
+    async def _unary(
+        self, exchange: Exchange, frames: AsyncGenerator[bytes, None], active: _Active
+    ) -> tuple[int, bytes]:
+        """The status and body to answer with; status 0 when the client has gone."""
+        try:
+            try:
+                async for frame in frames:
+                    exchange.feed(frame)
+                    if active.interrupted:
+                        raise asyncio.CancelledError
+                    if exchange.finished:  # a stop string or the length limit: done early
+                        active.context.stop_generating()
+                        break
+            finally:
+                await frames.aclose()
+            body = exchange.finish()
+            return exchange.status, body
+        except asyncio.CancelledError:
+            if not active.interrupted:
+                raise
+            absorb_cancel(active.task)
+            if active.disconnected:
+                return 0, b""
+            return 503, error_body(503, SHUTTING_DOWN)
+        except Exception:
+            log_failure("engine failed on request %s", active.context.id)
+            body = exchange.fail(ENGINE_ERROR)
+            return exchange.status, body
+
+    async def _stream(
+        self,
+        transport: StreamTransport,
+        exchange: Exchange,
+        frames: AsyncGenerator[bytes, None],
+        active: _Active,
+    ) -> None:
+        ended = False
+        try:
+            try:
+                async for frame in frames:
+                    out = exchange.feed(frame)
+                    if out:
+                        await transport.send_bytes(out)
+                    if active.interrupted:
+                        raise asyncio.CancelledError
+                    if exchange.finished:
+                        active.context.stop_generating()
+                        break
+            finally:
+                await frames.aclose()
+            closing = exchange.finish()
+            ended = True
+            await transport.send_bytes(closing)
+        except ProtocolClosed:
+            active.context.stop_generating()
+        except asyncio.CancelledError:
+            if not active.interrupted:
+                raise
+            absorb_cancel(active.task)
+            if active.stopping and not active.disconnected and not ended:
+                await self._send_last(transport, exchange.fail(SHUTTING_DOWN))
+        except Exception:
+            log_failure("engine failed on streaming request %s", active.context.id)
+            if not ended:
+                await self._send_last(transport, exchange.fail(ENGINE_ERROR))
+        finally:
+            # granian ends the response when the transport is freed. Drop it now, so a
+            # traceback that outlives this frame (a reference cycle, a log record) can't
+            # hold the client's stream open.
+            del transport
+
+    @staticmethod
+    async def _send_last(transport: StreamTransport, data: bytes) -> None:
+        with contextlib.suppress(ProtocolClosed):
+            await transport.send_bytes(data)

@@ -1,0 +1,56 @@
+"""The local engine registry: engines by endpoint name, looked up on every request."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple, TypeAlias
+
+from .context import RequestContext
+
+Engine: TypeAlias = Callable[[dict[str, Any], RequestContext], AsyncIterator[dict[str, Any]]]
+"""`async def generate(request: dict, context) -> AsyncIterator[dict]`, as Python workers have."""
+
+
+class Registration(NamedTuple):
+    engine: Engine
+    loop: asyncio.AbstractEventLoop | None
+    """The loop the engine must run on (the worker's), or None for the endpoint's own."""
+
+
+class EngineRegistry:
+    """Thread-safe map from endpoint name to engine.
+
+    Workers register from their own thread or loop while the endpoint reads from its
+    loop thread; a request that arrives before `register` (or after `unregister`)
+    gets a 503 rather than waiting.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engines: dict[str, Registration] = {}
+
+    def register(
+        self, name: str, engine: Engine, *, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        """Serve `engine` under `name`. Pass the worker's running loop as `loop` when the
+        engine uses loop-bound objects (queues, futures, an engine client); each request's
+        generator then runs there and its frames are handed to the endpoint's loop."""
+        if not callable(engine):
+            raise TypeError(f"engine for {name!r} is not callable: {engine!r}")
+        with self._lock:
+            self._engines[name] = Registration(engine, loop)
+
+    def unregister(self, name: str) -> bool:
+        """Remove `name`; returns whether it was registered."""
+        with self._lock:
+            return self._engines.pop(name, None) is not None
+
+    def get(self, name: str) -> Registration | None:
+        # A dict read is atomic; the lock orders writers against each other.
+        return self._engines.get(name)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._engines)

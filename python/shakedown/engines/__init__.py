@@ -1,0 +1,5 @@
+"""Engines shipped with shakedown (the scripted mocker)."""
+
+from .mocker import Mocker, MockerError, load_replay_trace, script_table
+
+__all__ = ["Mocker", "MockerError", "load_replay_trace", "script_table"]

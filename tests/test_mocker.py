@@ -1,0 +1,206 @@
+"""The scripted mocker: replay traces, scripts, random output, frames like the reference's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shakedown._core import Pipeline
+from shakedown.endpoint import RequestContext
+from shakedown.engines.mocker import (
+    MAX_TOKENS_REQUIRED,
+    Mocker,
+    MockerError,
+    load_replay_trace,
+    random_id_range,
+    script_ids,
+    script_table,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "python" / "shakedown" / "models" / "tiny"
+
+
+def reference_file(name: str) -> Path:
+    for shared in (ROOT.parent / "shared", ROOT.parent.parent / "shared"):
+        path = shared / "reference" / "dynamo-1.6.1" / name
+        if path.is_file():
+            return path
+    pytest.skip(f"reference capture {name} not found beside the project")
+
+
+def run(
+    mocker: Mocker, request: dict[str, Any], context: RequestContext | None = None
+) -> list[dict[str, Any]]:
+    async def collect() -> list[dict[str, Any]]:
+        return [f async for f in mocker.generate(request, context or RequestContext("r"))]
+
+    return asyncio.run(collect())
+
+
+def emitted(frames: list[dict[str, Any]]) -> list[int]:
+    return [t for f in frames for t in f["token_ids"]]
+
+
+def write_trace(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_frames_match_the_reference_mocker() -> None:
+    # The 1.6.1 mocker's frames for replay row tool:0, read through Dynamo's own client.
+    lines = reference_file("direct-client-mocker-tool0.txt").read_text().splitlines()
+    request = json.loads(lines[0].removeprefix("REQUEST "))
+    reference = [json.loads(line.removeprefix("OUTPUT ")) for line in lines[1:]]
+    replay = {"tool": [emitted(reference)]}
+    frames = run(Mocker(replay=replay), request)
+    assert frames == reference
+    assert [list(f) for f in frames] == [list(f) for f in reference]  # key order too
+
+
+def test_replay_trace_rows_by_session_and_turn(tmp_path: Path) -> None:
+    trace = write_trace(
+        tmp_path / "t.jsonl",
+        [
+            {"session_id": "conv", "output_length": 2, "output_token_ids": [5, 1]},
+            {"session_id": "tool", "output_length": 3, "output_token_ids": [7, 8, 1]},
+            {"session_id": "conv", "output_length": 1, "output_token_ids": [6]},
+        ],
+    )
+    table = load_replay_trace(trace)
+    assert table == {"conv": [[5, 1], [6]], "tool": [[7, 8, 1]]}
+    mocker = Mocker(replay=table)
+    for key, ids in [("conv:0", [5, 1]), ("conv:1", [6]), ("tool:0", [7, 8, 1])]:
+        # Replays ignore max_tokens, like the reference.
+        request = {
+            "token_ids": [1, 2],
+            "stop_conditions": {"max_tokens": 1},
+            "annotations": ["x", f"output_replay_id:{key}"],
+        }
+        frames = run(mocker, request)
+        assert emitted(frames) == ids
+        assert frames[-1]["finish_reason"] == "length"
+        assert frames[-1]["completion_usage"]["completion_tokens"] == len(ids)
+        assert frames[0]["completion_usage"]["prompt_tokens"] == 2
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (
+            {"session_id": "a", "output_length": 3, "output_token_ids": [1, 2]},
+            "output_length is 3 but there are 2",
+        ),
+        ({"session_id": "a", "output_token_ids": [1]}, "not a replay row"),
+        ({"session_id": "a", "output_length": 1, "output_token_ids": ["x"]}, "list of ids"),
+        ("not json", "not a replay row"),
+    ],
+)
+def test_bad_trace_rows_are_reported_with_their_line(
+    tmp_path: Path, row: Any, message: str
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    good = json.dumps({"session_id": "ok", "output_length": 1, "output_token_ids": [1]})
+    bad = row if isinstance(row, str) else json.dumps(row)
+    path.write_text(f"{good}\n\n{bad}\n")
+    with pytest.raises(MockerError, match=f"bad.jsonl:3: .*{message}"):
+        load_replay_trace(path)
+
+
+def test_unknown_replay_key_falls_back_to_random(caplog: pytest.LogCaptureFixture) -> None:
+    mocker = Mocker(replay={"tool": [[7, 1]]}, default=[9, 1], seed=3)
+    for key in ("tool:7", "nosuch:0", "tool:x"):
+        frames = run(
+            mocker,
+            {"stop_conditions": {"max_tokens": 4}, "annotations": [f"output_replay_id:{key}"]},
+        )
+        ids = emitted(frames)
+        assert len(ids) == 4 and all(1000 <= t < 2000 for t in ids)
+        assert f"replay_key={key!r}" in caplog.text
+
+
+def test_default_reply_when_no_row_is_named() -> None:
+    assert emitted(run(Mocker(default=[9, 10, 1]), {"stop_conditions": {}})) == [9, 10, 1]
+
+
+def test_random_output_is_exactly_max_tokens_in_the_reference_range() -> None:
+    frames = run(Mocker(seed=1), {"token_ids": [1, 2, 3], "stop_conditions": {"max_tokens": 50}})
+    ids = emitted(frames)
+    assert len(ids) == 50 and len(frames) == 51
+    assert all(1000 <= t < 2000 for t in ids)
+    assert len(set(ids)) > 10
+    assert frames[-1]["token_ids"] == [] and frames[-1]["finish_reason"] == "length"
+    assert frames[-1]["completion_usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 50,
+        "total_tokens": 53,
+        "prompt_tokens_details": {"audio_tokens": None, "cached_tokens": 0},
+    }
+    assert all("completion_usage" not in f for f in frames[1:-1])
+
+
+def test_random_ids_stay_inside_a_small_vocabulary() -> None:
+    assert random_id_range(None) == (1000, 2000)
+    assert random_id_range(129280) == (1000, 2000)
+    assert random_id_range(500) == (250, 500)
+    ids = emitted(
+        run(
+            Mocker(vocab_size=20, avoid_ids={10, 11, 12}, seed=2),
+            {"stop_conditions": {"max_tokens": 200}},
+        )
+    )
+    assert set(ids) <= set(range(13, 20))
+
+
+@pytest.mark.parametrize("stop_conditions", [{}, {"max_tokens": None}, {"max_tokens": 0}])
+def test_random_output_needs_max_tokens(stop_conditions: dict[str, Any]) -> None:
+    with pytest.raises(MockerError, match=r"`max_tokens`\) is required"):
+        run(Mocker(), {"stop_conditions": stop_conditions})
+    assert "mocker worker" in MAX_TOKENS_REQUIRED
+
+
+def test_token_delay_paces_output() -> None:
+    start = time.perf_counter()
+    run(Mocker(default=list(range(10)), token_delay=0.01), {})
+    assert time.perf_counter() - start >= 0.1
+
+
+def test_a_stopped_context_ends_with_cancelled() -> None:
+    context = RequestContext("r")
+
+    async def collect() -> list[dict[str, Any]]:
+        frames = []
+        async for frame in Mocker(default=list(range(100, 120))).generate({}, context):
+            frames.append(frame)
+            if len(frames) == 3:
+                context.stop_generating()
+        return frames
+
+    frames = asyncio.run(collect())
+    assert emitted(frames) == [100, 101, 102]
+    assert frames[-1]["finish_reason"] == "cancelled"
+    assert frames[-1]["completion_usage"]["completion_tokens"] == 3
+
+
+def test_scripted_texts_use_the_models_tokenizer() -> None:
+    pipeline = Pipeline(str(TINY))
+    eos = json.loads((TINY / "generation_config.json").read_text())["eos_token_id"]
+    text = "<think>plan</think>Sure."
+    ids = pipeline.tokenize(text)
+    assert ids and eos not in ids
+    assert script_ids(text + "<EOS>", pipeline.tokenize, eos) == [*ids, eos]
+    assert script_ids(text, pipeline.tokenize, eos) == ids
+    table = script_table({"s": [text, text + "<EOS>"]}, pipeline.tokenize, eos)
+    assert table == {"s": [ids, [*ids, eos]]}
+    with pytest.raises(MockerError, match="no EOS id"):
+        script_ids("x<EOS>", pipeline.tokenize, None)
+
+
+def test_negative_delay_is_refused() -> None:
+    with pytest.raises(MockerError):
+        Mocker(token_delay=-1)
