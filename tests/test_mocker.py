@@ -204,3 +204,11 @@ def test_scripted_texts_use_the_models_tokenizer() -> None:
 def test_negative_delay_is_refused() -> None:
     with pytest.raises(MockerError):
         Mocker(token_delay=-1)
+
+
+def test_default_script_honours_max_tokens_but_named_rows_do_not() -> None:
+    mocker = Mocker(replay={"row": [[5, 6, 7, 1]]}, default=[9, 10, 11, 1])
+    short = {"stop_conditions": {"max_tokens": 2}}
+    assert emitted(run(mocker, short)) == [9, 10]
+    named = {**short, "annotations": ["output_replay_id:row:0"]}
+    assert emitted(run(mocker, named)) == [5, 6, 7, 1]

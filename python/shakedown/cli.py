@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from shakedown._core import Pipeline
+from shakedown.checks import add_check_subcommand
 from shakedown.engines.mocker import Mocker, load_replay_trace, script_table
 from shakedown.validation.serve import add_gate_arguments, run_validated, validation_from_args
 
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve(commands)
+    add_check_subcommand(commands)
     return parser
 
 

@@ -31,6 +31,10 @@ struct FlatBody<'a> {
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        408 => "Request Timeout",
+        429 => "Too Many Requests",
         404 => "Not Found",
         405 => "Method Not Allowed",
         413 => "Payload Too Large",

@@ -7,7 +7,8 @@ Output comes from, in order of preference:
 2. the default reply, when one is set and the request names no row;
 3. random token ids otherwise (exactly `max_tokens` of them, like the reference).
 
-Replayed ids are emitted whatever `max_tokens` says, one per frame; the last frame
+Replayed rows are emitted whatever `max_tokens` says (the default script is cut at
+it), one per frame; the last frame
 has no tokens and `finish_reason: "length"`, so a reply that ends in EOS finishes
 as `stop` at the frontend (hidden EOS) and one that doesn't as `length`. Frames
 carry the reference mocker's fields, with `completion_usage` on the first and last.
@@ -184,6 +185,12 @@ class Mocker:
         ids = self.choose(request)
         if ids is None:
             ids = self._random_ids(request)
+        elif self.default is not None and ids is self.default:
+            # A named replay row is emitted whole, as the reference mocker does; the
+            # default script stands in for a model, so it honours `max_tokens`.
+            max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
+            if isinstance(max_tokens, int) and max_tokens > 0:
+                ids = ids[:max_tokens]
         prompt_tokens = len(request.get("token_ids") or ())
         delay = self.token_delay
         for position, token in enumerate(ids):
