@@ -274,3 +274,29 @@ def test_tiny_model_rebuilds_byte_for_byte(tmp_path: Path) -> None:
     )
     for shipped in TINY_MODEL.iterdir():
         assert (tmp_path / shipped.name).read_bytes() == shipped.read_bytes(), shipped.name
+
+
+def test_check_runner_as_the_gate_passes_on_the_real_endpoint(tmp_path: Path) -> None:
+    """The newcomer's flow: the reference check runner gates the embedded default."""
+    report = tmp_path / "report.json"
+    env = {
+        **os.environ,
+        "DYN_WORKER_VALIDATION_GATES": f"exec:{sys.executable} -m shakedown check",
+        "DYN_WORKER_VALIDATION_REPORT": str(report),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "shakedown", "serve"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(report.read_text())
+    assert result["status"] == "released"
+    (gate,) = result["gates"]
+    assert gate["outcome"] == "passed" and gate["exit_code"] == 0
+    for check in ("tool-call", "reasoning", "chat-stream", "max-tokens", "bad-input"):
+        assert f"] {check}" in gate["log_tail"], gate["log_tail"]
+    assert "9 passed, 0 failed" in gate["log_tail"]
+    assert (tmp_path / "report.xml").read_text().startswith("<?xml")
