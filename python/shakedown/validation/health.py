@@ -10,14 +10,11 @@ depends on validation, so a held worker is not restarted by its liveness probe.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import socket
-import threading
 from typing import Any
 
 import orjson
 
+from ..hosting import ThreadedServer
 from .config import Hold
 from .lifecycle import WorkerValidation
 
@@ -85,92 +82,16 @@ class HealthServer:
     """
 
     def __init__(self, validation: WorkerValidation, *, host: str = "127.0.0.1", port: int = 0):
-        self._app = HealthApp(validation)
-        self._host = host
-        self._requested_port = port
-        self._port: int | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: Any = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
+        self._hosted = ThreadedServer(
+            HealthApp(validation), host=host, port=port, what="health server"
+        )
 
     @property
     def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("the health server is not started")
-        return self._port
+        return self._hosted.port
 
     def start(self) -> None:
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self._host, self._requested_port))
-            sock.listen(128)
-            self._port = sock.getsockname()[1]
-        except OSError:
-            sock.close()
-            raise
-        # granian's listener takes the descriptor over and closes it on stop.
-        fd = sock.detach()
-        self._thread = threading.Thread(
-            target=self._serve, args=(fd,), name="shakedown-health", daemon=True
-        )
-        self._thread.start()
-        self._started.wait()
-        if self._error is not None:
-            raise RuntimeError("the health server failed to start") from self._error
-
-    def _serve(self, fd: int) -> None:
-        loop = _new_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            self._server = _prebound_server(self._app, fd)
-            task = loop.create_task(self._server.serve())
-            loop.call_soon(self._started.set)
-            loop.run_until_complete(task)
-        except BaseException as exc:
-            self._error = exc
-            self._started.set()
-        finally:
-            loop.close()
+        self._hosted.start()
 
     def stop(self) -> None:
-        loop, server, thread = self._loop, self._server, self._thread
-        if loop is None or server is None or thread is None:
-            return
-        with contextlib.suppress(RuntimeError):  # loop already closed: the server is gone
-            loop.call_soon_threadsafe(server.stop)
-        thread.join()
-        self._thread = None
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def _prebound_server(app: HealthApp, fd: int) -> Any:
-    # granian 2.8 has no public way to serve an existing socket (granian#848 is open); this
-    # leans on _init_shared_socket, so pyproject pins granian<2.9 and a test covers it.
-    from granian._granian import SocketHolder
-    from granian.constants import HTTPModes, Interfaces
-    from granian.server.embed import Server
-
-    holder_type: Any = SocketHolder  # its stub omits the constructor
-
-    class PreboundServer(Server):
-        def _init_shared_socket(self) -> None:
-            server: Any = self
-            server._ssp = None
-            server._shd = holder_type(fd, False, self.backlog)
-            server._sfd = fd
-
-    return PreboundServer(
-        app, interface=Interfaces.RSGI, http=HTTPModes.http1, websockets=False, log_enabled=False
-    )
+        self._hosted.stop(timeout=None)
