@@ -855,39 +855,12 @@ impl ToolParse for JsonCalls {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::parsers::tools::test_support::{pieces_of, run};
     use crate::parsers::{Delta, Message};
     use proptest::prelude::*;
 
     fn run_pieces(family: Family, pieces: &[&str], stream: bool) -> (Message, usize) {
-        let mut parser = JsonCalls::new(family, Arc::default());
-        let mut sink = CallSink::new(stream);
-        let mut message = Message::default();
-        let mut delta = Delta::default();
-        for piece in pieces {
-            parser.feed(piece, &mut sink);
-            delta.clear();
-            sink.drain_into(&mut delta);
-            message.push(&delta);
-        }
-        parser.finish(&mut sink);
-        delta.clear();
-        sink.drain_into(&mut delta);
-        message.push(&delta);
-        (message, sink.errors().len())
-    }
-
-    fn by(text: &str, step: usize) -> Vec<&str> {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < text.len() {
-            let mut j = (i + step).min(text.len());
-            while !text.is_char_boundary(j) {
-                j += 1;
-            }
-            out.push(&text[i..j]);
-            i = j;
-        }
-        out
+        run(&mut JsonCalls::new(family, Arc::default()), pieces, stream)
     }
 
     fn names(m: &Message) -> Vec<(&str, &str)> {
@@ -922,7 +895,7 @@ mod tests {
         let mut sink = CallSink::new(true);
         let mut delta = Delta::default();
         let mut sent = 0;
-        for piece in by(&text, 7) {
+        for piece in pieces_of(&text, 7) {
             parser.feed(piece, &mut sink);
             assert!(parser.pending.len() <= "</tool_call>".len());
             delta.clear();
@@ -952,7 +925,7 @@ mod tests {
             "<｜tool▁call▁begin｜>f<｜tool▁sep｜>}}}}",
         ] {
             for family in FAMILIES.map(|(_, f)| f) {
-                run_pieces(family, &by(text, 1), false);
+                run_pieces(family, &pieces_of(text, 1), false);
                 run_pieces(family, &[text], true);
             }
         }
@@ -965,7 +938,7 @@ mod tests {
     fn calls_in_one_chunk_and_streamed_arguments_agree() {
         let text = "a<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>b<tool_call>{\"name\": \"g\"}</tool_call>c";
         let (whole, _) = run_pieces(Family::Hermes, &[text], false);
-        let (streamed, _) = run_pieces(Family::Hermes, &by(text, 1), true);
+        let (streamed, _) = run_pieces(Family::Hermes, &pieces_of(text, 1), true);
         assert_eq!(
             whole,
             Message {
@@ -1045,7 +1018,7 @@ mod tests {
             let text: String = parts.iter().map(|&i| PIECES[i]).collect();
             for family in FAMILIES.map(|(_, f)| f) {
                 let (batch, batch_errors) = run_pieces(family, &[&text], false);
-                let (chunked, chunked_errors) = run_pieces(family, &by(&text, step), false);
+                let (chunked, chunked_errors) = run_pieces(family, &pieces_of(&text, step), false);
                 prop_assert_eq!(&batch, &Message { tool_calls: batch.tool_calls.clone(), ..chunked.clone() });
                 prop_assert_eq!(names(&batch), names(&chunked));
                 prop_assert_eq!(batch_errors, chunked_errors);
@@ -1053,7 +1026,7 @@ mod tests {
                     prop_assert!(crate::parsers::json::is_valid(&call.arguments), "{}", call.arguments);
                 }
                 if batch_errors == 0 {
-                    let (streamed, _) = run_pieces(family, &by(&text, step), true);
+                    let (streamed, _) = run_pieces(family, &pieces_of(&text, step), true);
                     prop_assert_eq!(&batch.content, &streamed.content);
                     prop_assert_eq!(names(&batch), names(&streamed));
                 }
