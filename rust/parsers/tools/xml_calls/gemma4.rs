@@ -6,7 +6,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::parsers::markers::{MarkerSet, Scan};
+use super::{feed_at_markers, Held, MarkerDriven};
+use crate::parsers::markers::MarkerSet;
 use crate::parsers::schema::{write_json_str, write_typed_value, ParamType};
 use crate::parsers::{CallSink, ToolParse, Tools};
 
@@ -54,8 +55,7 @@ fn sets() -> &'static Sets {
 pub(super) struct Gemma4Parser {
     tools: Arc<Tools>,
     state: State,
-    held: String,
-    scratch: String,
+    held: Held,
     head: String,
     /// The open call's name, for schema lookups.
     name: String,
@@ -73,8 +73,7 @@ impl Gemma4Parser {
         Self {
             tools,
             state: State::Text,
-            held: String::new(),
-            scratch: String::new(),
+            held: Held::default(),
             head: String::new(),
             name: String::new(),
             entry: String::new(),
@@ -83,8 +82,16 @@ impl Gemma4Parser {
             fragment: String::new(),
         }
     }
+}
 
-    fn set(&self) -> &'static MarkerSet {
+impl MarkerDriven for Gemma4Parser {
+    type Marker = &'static str;
+
+    fn held(&mut self) -> &mut Held {
+        &mut self.held
+    }
+
+    fn legal(&self) -> &'static MarkerSet {
         let s = sets();
         match self.state {
             State::Text => &s.text,
@@ -111,7 +118,11 @@ impl Gemma4Parser {
         }
     }
 
-    fn on_marker(&mut self, marker: &str, sink: &mut CallSink) {
+    fn meaning(&self, index: usize) -> &'static str {
+        self.legal().marker(index)
+    }
+
+    fn on_marker(&mut self, marker: &'static str, sink: &mut CallSink) {
         self.state = match (self.state, marker) {
             (State::Text, CALL_OPEN) => {
                 self.head.clear();
@@ -159,7 +170,9 @@ impl Gemma4Parser {
             (state, _) => state,
         };
     }
+}
 
+impl Gemma4Parser {
     /// Argument text outside strings: split top-level entries at `,` and at the `}`
     /// that closes the arguments.
     fn absorb_body(&mut self, text: &str, sink: &mut CallSink) {
@@ -393,33 +406,11 @@ impl<'a> Reader<'a> {
 
 impl ToolParse for Gemma4Parser {
     fn feed(&mut self, text: &str, sink: &mut CallSink) {
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
-        buf.push_str(&self.held);
-        buf.push_str(text);
-        self.held.clear();
-        let mut pos = 0;
-        while pos < buf.len() {
-            let rest = &buf[pos..];
-            let set = self.set();
-            match set.scan(rest) {
-                Scan::Found { start, end, marker } => {
-                    self.absorb(&rest[..start], sink);
-                    self.on_marker(set.marker(marker), sink);
-                    pos += end;
-                }
-                Scan::Partial { hold_from } => {
-                    self.absorb(&rest[..hold_from], sink);
-                    self.held.push_str(&rest[hold_from..]);
-                    break;
-                }
-            }
-        }
-        self.scratch = buf;
+        feed_at_markers(self, text, sink);
     }
 
     fn finish(&mut self, sink: &mut CallSink) {
-        let held = std::mem::take(&mut self.held);
+        let held = std::mem::take(&mut self.held.tail);
         match self.state {
             State::Text => sink.content(&held),
             State::Head | State::Skip => sink.error("Gemma tool call not closed"),

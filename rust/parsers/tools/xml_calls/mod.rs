@@ -15,7 +15,8 @@
 
 use std::sync::Arc;
 
-use crate::parsers::{ToolParse, Tools};
+use crate::parsers::markers::{MarkerSet, Scan};
+use crate::parsers::{CallSink, ToolParse, Tools};
 
 mod gemma4;
 mod tagged;
@@ -35,9 +36,66 @@ pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolPar
     Some(Box::new(tagged::TaggedParser::new(format, tools.clone())))
 }
 
+/// Text held back at the end of a feed because it may be the start of a marker, and the
+/// buffer that rejoins it with the next feed (reused across feeds).
+#[derive(Default)]
+struct Held {
+    tail: String,
+    scratch: String,
+}
+
+/// A parser that reads its input split at the markers legal in its current state.
+trait MarkerDriven {
+    /// What a found marker means to the parser.
+    type Marker: Copy;
+
+    fn held(&mut self) -> &mut Held;
+
+    /// The markers legal in the current state.
+    fn legal(&self) -> &'static MarkerSet;
+
+    /// What `legal().marker(index)` means, read before the text ahead of it is absorbed.
+    fn meaning(&self, index: usize) -> Self::Marker;
+
+    /// Text between markers, in the current state.
+    fn absorb(&mut self, text: &str, sink: &mut CallSink);
+
+    fn on_marker(&mut self, marker: Self::Marker, sink: &mut CallSink);
+}
+
+/// [`ToolParse::feed`] for a [`MarkerDriven`] parser: the held tail and `text` are scanned
+/// as one, and a new tail that may still become a marker is held for the next feed.
+fn feed_at_markers<P: MarkerDriven>(parser: &mut P, text: &str, sink: &mut CallSink) {
+    let held = parser.held();
+    let mut buf = std::mem::take(&mut held.scratch);
+    buf.clear();
+    buf.push_str(&held.tail);
+    buf.push_str(text);
+    held.tail.clear();
+    let mut pos = 0;
+    while pos < buf.len() {
+        let rest = &buf[pos..];
+        match parser.legal().scan(rest) {
+            Scan::Found { start, end, marker } => {
+                let marker = parser.meaning(marker);
+                parser.absorb(&rest[..start], sink);
+                parser.on_marker(marker, sink);
+                pos += end;
+            }
+            Scan::Partial { hold_from } => {
+                parser.absorb(&rest[..hold_from], sink);
+                parser.held().tail.push_str(&rest[hold_from..]);
+                break;
+            }
+        }
+    }
+    parser.held().scratch = buf;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::parsers::tools::test_support::{self, pieces_of};
     use crate::parsers::{CallSink, Delta, Message};
 
     const FAMILIES: &[&str] = &[
@@ -100,34 +158,7 @@ mod tests {
         stream: bool,
     ) -> (Message, usize) {
         let mut parser = build(family, tools).expect("family builds");
-        let mut sink = CallSink::new(stream);
-        let mut message = Message::default();
-        let mut delta = Delta::default();
-        for piece in pieces {
-            parser.feed(piece, &mut sink);
-            delta.clear();
-            sink.drain_into(&mut delta);
-            message.push(&delta);
-        }
-        parser.finish(&mut sink);
-        delta.clear();
-        sink.drain_into(&mut delta);
-        message.push(&delta);
-        (message, sink.errors().len())
-    }
-
-    fn pieces_of(text: &str, size: usize) -> Vec<&str> {
-        let mut out = Vec::new();
-        let mut start = 0;
-        while start < text.len() {
-            let mut end = (start + size).min(text.len());
-            while !text.is_char_boundary(end) {
-                end += 1;
-            }
-            out.push(&text[start..end]);
-            start = end;
-        }
-        out
+        test_support::run(parser.as_mut(), pieces, stream)
     }
 
     /// Deterministic xorshift, so failures reproduce.

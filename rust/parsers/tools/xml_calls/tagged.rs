@@ -9,7 +9,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::parsers::markers::{MarkerSet, Scan};
+use super::{feed_at_markers, Held, MarkerDriven};
+use crate::parsers::markers::MarkerSet;
 use crate::parsers::schema::{
     escape_json_into, write_json, write_json_str, write_typed_value, ParamType,
 };
@@ -20,7 +21,7 @@ const NAME_CAP: usize = 1024;
 
 /// How a parameter tag says its value is typed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ValueTyping {
+pub(super) enum ValueTyping {
     /// From the tool's schema.
     Schema,
     /// DSML `string="true"`: the text is the string.
@@ -31,7 +32,7 @@ enum ValueTyping {
 
 /// What a marker means in the state where it is legal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
+pub(super) enum Role {
     BlockOpen,
     BlockClose,
     InvokeOpen,
@@ -120,36 +121,29 @@ const DSML_KEY_ENDS: &[(&str, ValueTyping)] = &[
     ("\">", ValueTyping::Schema),
 ];
 
-pub(super) static DEEPSEEK_V3_2: Format = Format {
-    block_open: "<｜DSML｜function_calls>",
-    block_close: "</｜DSML｜function_calls>",
-    invoke_open: Some("<｜DSML｜invoke name=\""),
-    head_end: "\">",
-    invoke_close: "</｜DSML｜invoke>",
-    param_open: "<｜DSML｜parameter name=\"",
-    key_ends: DSML_KEY_ENDS,
-    value_open: None,
-    param_close: "</｜DSML｜parameter>",
-    trim_newlines: false,
-    value_ends_at_next_tag: false,
-    tables: OnceLock::new(),
-};
+pub(super) static DEEPSEEK_V3_2: Format =
+    dsml("<｜DSML｜function_calls>", "</｜DSML｜function_calls>");
 
 /// DeepSeek V4 differs from V3.2 only in the outer tag.
-pub(super) static DEEPSEEK_V4: Format = Format {
-    block_open: "<｜DSML｜tool_calls>",
-    block_close: "</｜DSML｜tool_calls>",
-    invoke_open: Some("<｜DSML｜invoke name=\""),
-    head_end: "\">",
-    invoke_close: "</｜DSML｜invoke>",
-    param_open: "<｜DSML｜parameter name=\"",
-    key_ends: DSML_KEY_ENDS,
-    value_open: None,
-    param_close: "</｜DSML｜parameter>",
-    trim_newlines: false,
-    value_ends_at_next_tag: false,
-    tables: OnceLock::new(),
-};
+pub(super) static DEEPSEEK_V4: Format = dsml("<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>");
+
+/// DeepSeek's DSML tags inside the outer block tag.
+const fn dsml(block_open: &'static str, block_close: &'static str) -> Format {
+    Format {
+        block_open,
+        block_close,
+        invoke_open: Some("<｜DSML｜invoke name=\""),
+        head_end: "\">",
+        invoke_close: "</｜DSML｜invoke>",
+        param_open: "<｜DSML｜parameter name=\"",
+        key_ends: DSML_KEY_ENDS,
+        value_open: None,
+        param_close: "</｜DSML｜parameter>",
+        trim_newlines: false,
+        value_ends_at_next_tag: false,
+        tables: OnceLock::new(),
+    }
+}
 
 /// Step-3 wraps each invoke in `<｜tool_call_begin｜>function<｜tool_sep｜>…<｜tool_call_end｜>`;
 /// that wrapper sits between invokes, where text is skipped anyway.
@@ -273,10 +267,7 @@ pub(super) struct TaggedParser {
     tables: &'static Tables,
     tools: Arc<Tools>,
     state: State,
-    /// Tail of the last feed that may be the start of a marker.
-    held: String,
-    /// `held` plus the new text, reused across feeds.
-    scratch: String,
+    held: Held,
     /// Function name, then (while a call is open) kept for schema lookups.
     name: String,
     key: String,
@@ -302,8 +293,7 @@ impl TaggedParser {
             tables: format.tables(),
             tools,
             state: State::Text,
-            held: String::new(),
-            scratch: String::new(),
+            held: Held::default(),
             name: String::new(),
             key: String::new(),
             typing: ValueTyping::Schema,
@@ -317,7 +307,27 @@ impl TaggedParser {
         }
     }
 
-    /// Text between markers, in the current state.
+    /// The markers legal in the current state, with what each means there.
+    fn legal_here(&self) -> &'static Legal {
+        &self.tables.by_state[state_slot(self.state)]
+    }
+}
+
+impl MarkerDriven for TaggedParser {
+    type Marker = Role;
+
+    fn held(&mut self) -> &mut Held {
+        &mut self.held
+    }
+
+    fn legal(&self) -> &'static MarkerSet {
+        &self.legal_here().set
+    }
+
+    fn meaning(&self, index: usize) -> Role {
+        self.legal_here().roles[index]
+    }
+
     fn absorb(&mut self, text: &str, sink: &mut CallSink) {
         if text.is_empty() {
             return;
@@ -346,6 +356,11 @@ impl TaggedParser {
     }
 
     fn on_marker(&mut self, role: Role, sink: &mut CallSink) {
+        // A name overflow may have changed the state; the marker then means whatever it
+        // means in the new one, if anything.
+        if !self.legal_here().roles.contains(&role) {
+            return;
+        }
         self.state = match (self.state, role) {
             (State::Text, Role::BlockOpen) => {
                 self.calls_in_block = 0;
@@ -408,7 +423,9 @@ impl TaggedParser {
             (state, _) => state,
         };
     }
+}
 
+impl TaggedParser {
     /// The name tag closed: open the call, or skip the block if the name is unusable.
     fn begin_call(&mut self, sink: &mut CallSink, next: State) -> State {
         let name = self.name.trim();
@@ -518,41 +535,11 @@ impl TaggedParser {
 
 impl ToolParse for TaggedParser {
     fn feed(&mut self, text: &str, sink: &mut CallSink) {
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
-        buf.push_str(&self.held);
-        buf.push_str(text);
-        self.held.clear();
-        let mut pos = 0;
-        while pos < buf.len() {
-            let rest = &buf[pos..];
-            let legal = &self.tables.by_state[state_slot(self.state)];
-            match legal.set.scan(rest) {
-                Scan::Found { start, end, marker } => {
-                    let role = legal.roles[marker];
-                    self.absorb(&rest[..start], sink);
-                    // A name overflow may have changed the state; the marker then means
-                    // whatever it means in the new one, if anything.
-                    if self.tables.by_state[state_slot(self.state)]
-                        .roles
-                        .contains(&role)
-                    {
-                        self.on_marker(role, sink);
-                    }
-                    pos += end;
-                }
-                Scan::Partial { hold_from } => {
-                    self.absorb(&rest[..hold_from], sink);
-                    self.held.push_str(&rest[hold_from..]);
-                    break;
-                }
-            }
-        }
-        self.scratch = buf;
+        feed_at_markers(self, text, sink);
     }
 
     fn finish(&mut self, sink: &mut CallSink) {
-        let held = std::mem::take(&mut self.held);
+        let held = std::mem::take(&mut self.held.tail);
         match self.state {
             State::Text => sink.content(&held),
             // Calls already closed by their own end tag stand without the block's end.
