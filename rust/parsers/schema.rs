@@ -184,11 +184,7 @@ impl serde_json::ser::Formatter for PySeparators {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        item_separator(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -196,11 +192,7 @@ impl serde_json::ser::Formatter for PySeparators {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        item_separator(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(
@@ -208,6 +200,15 @@ impl serde_json::ser::Formatter for PySeparators {
         writer: &mut W,
     ) -> std::io::Result<()> {
         writer.write_all(b": ")
+    }
+}
+
+/// `", "` before every array item and object key but the first.
+fn item_separator<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        writer.write_all(b", ")
     }
 }
 
