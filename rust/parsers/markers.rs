@@ -24,6 +24,31 @@ pub enum Scan {
     Partial { hold_from: usize },
 }
 
+/// Text held back at the end of a feed because it may be the start of a marker, and a
+/// buffer, reused across feeds, that rejoins it with the next feed.
+#[derive(Debug, Default)]
+pub struct Held {
+    pub tail: String,
+    scratch: String,
+}
+
+impl Held {
+    /// The held tail followed by `text`, in the reused buffer; the tail is emptied.
+    /// Hand the buffer back with [`Held::reuse`].
+    pub fn join(&mut self, text: &str) -> String {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.push_str(&self.tail);
+        buf.push_str(text);
+        self.tail.clear();
+        buf
+    }
+
+    pub fn reuse(&mut self, buf: String) {
+        self.scratch = buf;
+    }
+}
+
 impl MarkerSet {
     pub fn new(markers: &[&'static str]) -> Self {
         let finder = AhoCorasick::builder()

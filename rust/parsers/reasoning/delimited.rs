@@ -13,7 +13,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use super::super::markers::{MarkerSet, Scan};
+use super::super::markers::{Held, MarkerSet, Scan};
 use super::super::{Delta, ReasoningParse};
 
 /// How one family's markers behave.
@@ -155,8 +155,7 @@ pub(super) struct Delimited {
     stages: &'static Stages,
     state: State,
     /// Text that may still become a marker, at most one marker long.
-    held: String,
-    scratch: String,
+    held: Held,
 }
 
 impl Delimited {
@@ -174,8 +173,7 @@ impl Delimited {
             family,
             stages: stages(family, exits),
             state,
-            held: String::new(),
-            scratch: String::new(),
+            held: Held::default(),
         }
     }
 
@@ -196,7 +194,7 @@ impl Delimited {
                 State::Leading => {
                     let leading = || self.family.openers.iter().chain(self.family.labels);
                     if !last && leading().any(|m| m.len() > rest.len() && m.starts_with(rest)) {
-                        self.held.push_str(rest);
+                        self.held.tail.push_str(rest);
                         return;
                     }
                     let opener = leading()
@@ -221,7 +219,7 @@ impl Delimited {
                     }
                     Scan::Partial { hold_from } => {
                         out.reasoning.push_str(&rest[..hold_from]);
-                        self.held.push_str(&rest[hold_from..]);
+                        self.held.tail.push_str(&rest[hold_from..]);
                         return;
                     }
                 },
@@ -240,7 +238,7 @@ impl Delimited {
                         }
                         Scan::Partial { hold_from } => {
                             out.content.push_str(&rest[..hold_from]);
-                            self.held.push_str(&rest[hold_from..]);
+                            self.held.tail.push_str(&rest[hold_from..]);
                             return;
                         }
                     }
@@ -252,22 +250,17 @@ impl Delimited {
 
 impl ReasoningParse for Delimited {
     fn feed(&mut self, text: &str, out: &mut Delta) {
-        if self.held.is_empty() {
+        if self.held.tail.is_empty() {
             self.run(text, false, out);
             return;
         }
-        // Rejoin the held marker start with the new text in a reused buffer.
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.push_str(&self.held);
-        buf.push_str(text);
-        self.held.clear();
+        let buf = self.held.join(text);
         self.run(&buf, false, out);
-        buf.clear();
-        self.scratch = buf;
+        self.held.reuse(buf);
     }
 
     fn finish(&mut self, out: &mut Delta) {
-        let buf = std::mem::take(&mut self.held);
+        let buf = std::mem::take(&mut self.held.tail);
         self.run(&buf, true, out);
     }
 }

@@ -10,7 +10,7 @@
 
 use std::sync::OnceLock;
 
-use super::super::markers::{MarkerSet, Scan};
+use super::super::markers::{Held, MarkerSet, Scan};
 use super::super::{Delta, ReasoningParse};
 
 const START: &str = "<|start|>";
@@ -59,8 +59,7 @@ enum State {
 pub(super) struct Harmony {
     state: State,
     header: String,
-    held: String,
-    scratch: String,
+    held: Held,
     /// Some reasoning has been released.
     reasoned: bool,
     /// A new analysis message began after earlier reasoning: separate it.
@@ -77,8 +76,7 @@ impl Harmony {
         Self {
             state,
             header: String::new(),
-            held: String::new(),
-            scratch: String::new(),
+            held: Held::default(),
             reasoned: false,
             separate: false,
         }
@@ -148,7 +146,7 @@ impl Harmony {
                 Scan::Found { start, end, .. } => (start, end),
                 Scan::Partial { hold_from } if !last => {
                     self.text(&rest[..hold_from], out);
-                    self.held.push_str(&rest[hold_from..]);
+                    self.held.tail.push_str(&rest[hold_from..]);
                     return;
                 }
                 // No marker in these sets is a prefix of another, so at the end
@@ -197,21 +195,17 @@ impl Harmony {
 
 impl ReasoningParse for Harmony {
     fn feed(&mut self, text: &str, out: &mut Delta) {
-        if self.held.is_empty() {
+        if self.held.tail.is_empty() {
             self.run(text, false, out);
             return;
         }
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.push_str(&self.held);
-        buf.push_str(text);
-        self.held.clear();
+        let buf = self.held.join(text);
         self.run(&buf, false, out);
-        buf.clear();
-        self.scratch = buf;
+        self.held.reuse(buf);
     }
 
     fn finish(&mut self, out: &mut Delta) {
-        let buf = std::mem::take(&mut self.held);
+        let buf = std::mem::take(&mut self.held.tail);
         self.run(&buf, true, out);
         // A header that never reached `<|message|>` was not one.
         if self.state == State::Header {

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use crate::parsers::markers::{MarkerSet, Scan};
+use crate::parsers::markers::{Held, MarkerSet, Scan};
 use crate::parsers::{CallSink, ToolParse, Tools};
 
 mod gemma4;
@@ -34,14 +34,6 @@ pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolPar
         _ => return None,
     };
     Some(Box::new(tagged::TaggedParser::new(format, tools.clone())))
-}
-
-/// Text held back at the end of a feed because it may be the start of a marker, and the
-/// buffer that rejoins it with the next feed (reused across feeds).
-#[derive(Default)]
-struct Held {
-    tail: String,
-    scratch: String,
 }
 
 /// A parser that reads its input split at the markers legal in its current state.
@@ -66,12 +58,7 @@ trait MarkerDriven {
 /// [`ToolParse::feed`] for a [`MarkerDriven`] parser: the held tail and `text` are scanned
 /// as one, and a new tail that may still become a marker is held for the next feed.
 fn feed_at_markers<P: MarkerDriven>(parser: &mut P, text: &str, sink: &mut CallSink) {
-    let held = parser.held();
-    let mut buf = std::mem::take(&mut held.scratch);
-    buf.clear();
-    buf.push_str(&held.tail);
-    buf.push_str(text);
-    held.tail.clear();
+    let buf = parser.held().join(text);
     let mut pos = 0;
     while pos < buf.len() {
         let rest = &buf[pos..];
@@ -89,7 +76,7 @@ fn feed_at_markers<P: MarkerDriven>(parser: &mut P, text: &str, sink: &mut CallS
             }
         }
     }
-    parser.held().scratch = buf;
+    parser.held().reuse(buf);
 }
 
 #[cfg(test)]

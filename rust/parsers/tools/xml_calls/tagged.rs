@@ -9,8 +9,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::{feed_at_markers, Held, MarkerDriven};
-use crate::parsers::markers::MarkerSet;
+use super::{feed_at_markers, MarkerDriven};
+use crate::parsers::markers::{Held, MarkerSet};
 use crate::parsers::schema::{
     escape_json_into, write_json, write_json_str, write_typed_value, ParamType,
 };
