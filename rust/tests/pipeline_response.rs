@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use _core::parsers::Tools;
 use _core::pipeline::detok::{DecodeOptions, Detokenizer};
-use _core::pipeline::frames::EngineOutput;
+use _core::pipeline::frames::{EngineOutput, FinishReason};
 use _core::pipeline::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use _core::pipeline::response::ResponseState;
 use serde_json::{json, Value};
@@ -368,15 +368,38 @@ fn stop_string_cuts_the_current_piece_only() {
 }
 
 #[test]
-fn stop_string_spanning_tokens_keeps_released_text() {
-    // "lo th" starts inside "Hello" (already released) and ends in " there".
+fn stop_string_spanning_tokens_is_held_back_then_cut() {
+    // "lo th" starts inside "Hello" and ends in " there": "lo" is held until the
+    // match completes, then dropped (Dynamo 1.6.1, as the parity suite shows).
     let options = DecodeOptions {
         stop: vec!["lo th".into()],
         ..eos_options()
     };
     let (pieces, stopped) = decode_all(&with_eos("Hello there!"), options);
     assert!(stopped);
+    assert_eq!(pieces.concat(), "Hel");
+}
+
+#[test]
+fn held_stop_string_start_is_released_when_it_cannot_match() {
+    let options = DecodeOptions {
+        stop: vec!["lo th".into()],
+        ..eos_options()
+    };
+    // "lo" is held after "Hello", released whole once "!" rules the match out.
+    let (pieces, stopped) = decode_all(&with_eos("Hello!"), options.clone());
+    assert!(stopped, "ends on the EOS");
+    assert_eq!(pieces.concat(), "Hello!");
+    // Held text at the EOS is released, not dropped.
+    let (pieces, _) = decode_all(&with_eos("Hello"), options.clone());
     assert_eq!(pieces.concat(), "Hello");
+    // A stop string kept in the output is never held.
+    let kept = DecodeOptions {
+        include_stop_str_in_output: true,
+        ..options
+    };
+    let (pieces, _) = decode_all(&with_eos("Hello there!"), kept);
+    assert_eq!(pieces.concat(), "Hello th");
 }
 
 #[test]
@@ -751,4 +774,25 @@ fn parallel_tool_calls_false_keeps_the_first_call() {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0]["function"]["arguments"], "{}");
     assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+}
+
+#[test]
+fn held_stop_string_start_is_released_when_the_engine_ends() {
+    let options = DecodeOptions {
+        stop: vec!["lo th".into()],
+        ..eos_options()
+    };
+    let mut detok = Detokenizer::new(tokenizer(), options);
+    let ids = encode("Hello");
+    let mut text = String::new();
+    for (i, &id) in ids.iter().enumerate() {
+        let frame = EngineOutput {
+            token_ids: vec![id],
+            finish_reason: (i + 1 == ids.len()).then_some(FinishReason::Length),
+            ..Default::default()
+        };
+        let step = detok.step(&frame, &mut text).unwrap();
+        assert!(!step.stopped);
+    }
+    assert_eq!(text, "Hello");
 }
