@@ -796,3 +796,64 @@ fn held_stop_string_start_is_released_when_the_engine_ends() {
     }
     assert_eq!(text, "Hello");
 }
+
+fn chat_plan(stream: bool, tool_choice: Value, with_tools: bool) -> ResponsePlan {
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let fixture = json!({"plan": {
+        "surface": "chat", "model": "m", "stream": stream, "include_usage": false, "n": 1,
+        "prompt_tokens": 3, "logprobs": false, "stop": [], "min_tokens": null,
+        "max_tokens": null, "reasoning_parser": "deepseek_r1",
+        "tool_call_parser": if with_tools { json!("hermes") } else { Value::Null },
+        "tools": if with_tools { tools } else { Value::Null },
+        "tool_choice": tool_choice, "parallel_tool_calls": true}});
+    plan_of(&fixture)
+}
+
+fn token_frames(text: &str) -> Vec<Value> {
+    with_eos(text)
+        .into_iter()
+        .map(|id| json!({"token_ids": [id]}))
+        .collect()
+}
+
+#[test]
+fn forced_tool_choice_streams_the_calls_with_the_finish() {
+    let text = r#"<think>plan</think><tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>"#;
+    let named = json!({"type": "function", "function": {"name": "get_weather"}});
+    for choice in [json!("required"), named] {
+        let (_, events) = drive(chat_plan(true, choice, true), &token_frames(text));
+        let last = &events[events.len() - 2];
+        assert!(last.contains(r#""tool_calls":[{"index":0"#), "{events:?}");
+        assert!(
+            last.contains(r#""finish_reason":"tool_calls""#),
+            "{events:?}"
+        );
+        assert_eq!(
+            events.iter().filter(|e| e.contains("tool_calls")).count(),
+            1
+        );
+        assert_eq!(events.last().unwrap(), "[DONE]");
+    }
+    // `auto` still sends each call as soon as it is parsed, then a closing chunk.
+    let (_, events) = drive(chat_plan(true, json!("auto"), true), &token_frames(text));
+    assert!(events[events.len() - 2].ends_with(
+        r#""delta":{},"finish_reason":"tool_calls","logprobs":null}],"created":1796215889,"model":"m","object":"chat.completion.chunk"}"#
+    ));
+}
+
+#[test]
+fn a_lone_lt_after_text_is_not_held_without_a_tool_parser() {
+    // ".<" is one token: Dynamo sends it whole, not "." then "<tool".
+    let text = "<think>plan</think>Sure.<tool_call>{}";
+    let (_, events) = drive(chat_plan(true, json!("auto"), false), &token_frames(text));
+    let contents: Vec<Value> = events
+        .iter()
+        .filter(|e| e.starts_with('{'))
+        .map(|e| {
+            serde_json::from_str::<Value>(e).unwrap()["choices"][0]["delta"]["content"].clone()
+        })
+        .filter(|c| !c.is_null())
+        .collect();
+    assert_eq!(contents[..3], [json!("Sure"), json!(".<"), json!("tool")]);
+}

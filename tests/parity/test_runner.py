@@ -141,6 +141,20 @@ def test_identical_answers_exit_0(
     assert "1/1 requests identical" in capsys.readouterr().out
 
 
+def test_shakedown_cli_has_the_parity_command(
+    servers: list[http.server.ThreadingHTTPServer],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from shakedown.cli import main as shakedown_main
+
+    a, b = servers
+    code = shakedown_main(["parity", "--a", _url(a), "--b", _url(b), "--model", "m",
+                           "--cases", str(_cases(tmp_path, ONE))])  # fmt: skip
+    assert code == 0
+    assert "1/1 requests identical" in capsys.readouterr().out
+
+
 def test_a_different_field_exits_1_with_a_field_diff(
     servers: list[http.server.ThreadingHTTPServer],
     tmp_path: Path,
