@@ -420,9 +420,12 @@ def test_engine_exception_unary_is_500(
     registry.register(NAME, failing_engine(after), loop=engine_loop)
     r = client.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 500
-    assert (
-        r.content
-        == b'{"message":"Internal server error","type":"Internal Server Error","code":500}'
+    # Failing before any output, Dynamo 1.6.1 adds the backend status (tests/parity proves it).
+    details = b',"details":{"backend_status":500}' if after == 0 else b""
+    assert r.content == (
+        b'{"message":"Internal server error","type":"Internal Server Error","code":500'
+        + details
+        + b"}"
     )
     # The host is unharmed: the next request works.
     registry.register(NAME, counting_engine())
@@ -448,6 +451,45 @@ def test_engine_exception_in_stream_is_an_error_event(
     chunks = [data_of(e) for e in events[:-2]]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert (len(chunks) > 0) == (after > 0)
+
+
+class Refused(RuntimeError):
+    """An engine's own error for a request it finds invalid (`status`, or `code`)."""
+
+    def __init__(self, message: str, **attrs: int) -> None:
+        super().__init__(message)
+        for name, value in attrs.items():
+            setattr(self, name, value)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "status"),
+    [({"status": 400}, 400), ({"code": 422}, 422), ({"status": 503}, 500), ({}, 500)],
+)
+def test_engine_4xx_errors_reach_the_client(
+    client: httpx.Client, registry: EngineRegistry, attrs: dict[str, int], status: int
+) -> None:
+    async def generate(
+        request: dict[str, Any], context: RequestContext
+    ) -> AsyncIterator[dict[str, Any]]:
+        raise Refused("max_tokens is required", **attrs)
+        yield {}
+
+    registry.register(NAME, generate)
+    r = client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == status
+    if status == 500:  # anything else stays hidden behind the generic 500
+        assert r.json()["message"] == "Internal server error"
+        return
+    reason = {400: "Bad Request", 422: "Unprocessable Entity"}[status]
+    assert r.json() == {"message": "max_tokens is required", "type": reason, "code": status}
+    r = client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert r.status_code == 200
+    assert sse_events(r.content) == [
+        b'data: {"error":{"message":"max_tokens is required","type":"invalid_request_error",'
+        b'"code":' + str(status).encode() + b"}}",
+        b"data: [DONE]",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -135,7 +135,12 @@ def test_async_concurrent_streams(endpoint: LocalEndpoint) -> None:
     async def one(c: openai.AsyncOpenAI, text: bool) -> str:
         extra = TEXT_TURN if text else None
         stream = await c.chat.completions.create(
-            model="tiny", messages=MESSAGES, tools=TOOLS, stream=True, extra_body=extra
+            model="tiny",
+            messages=MESSAGES,
+            tools=TOOLS,
+            stream=True,
+            max_tokens=64,
+            extra_body=extra,
         )
         finish = ""
         async for chunk in stream:

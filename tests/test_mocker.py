@@ -16,6 +16,7 @@ from shakedown.engines.mocker import (
     MAX_TOKENS_REQUIRED,
     Mocker,
     MockerError,
+    MockerRequestError,
     load_replay_trace,
     random_id_range,
     script_ids,
@@ -125,7 +126,8 @@ def test_unknown_replay_key_falls_back_to_random(caplog: pytest.LogCaptureFixtur
 
 
 def test_default_reply_when_no_row_is_named() -> None:
-    assert emitted(run(Mocker(default=[9, 10, 1]), {"stop_conditions": {}})) == [9, 10, 1]
+    request = {"stop_conditions": {"max_tokens": 64}}
+    assert emitted(run(Mocker(default=[9, 10, 1]), request)) == [9, 10, 1]
 
 
 def test_random_output_is_exactly_max_tokens_in_the_reference_range() -> None:
@@ -158,15 +160,23 @@ def test_random_ids_stay_inside_a_small_vocabulary() -> None:
 
 
 @pytest.mark.parametrize("stop_conditions", [{}, {"max_tokens": None}, {"max_tokens": 0}])
-def test_random_output_needs_max_tokens(stop_conditions: dict[str, Any]) -> None:
-    with pytest.raises(MockerError, match=r"`max_tokens`\) is required"):
-        run(Mocker(), {"stop_conditions": stop_conditions})
+@pytest.mark.parametrize("annotations", [[], ["output_replay_id:s:0"]])
+@pytest.mark.parametrize("default", [None, [9, 10, 1]])
+def test_every_reply_needs_max_tokens(
+    stop_conditions: dict[str, Any], annotations: list[str], default: list[int] | None
+) -> None:
+    # Like the reference mocker: random, default and replayed replies alike (a 400).
+    mocker = Mocker(replay={"s": [[5, 6]]}, default=default)
+    request = {"stop_conditions": stop_conditions, "annotations": annotations}
+    with pytest.raises(MockerRequestError, match=r"`max_tokens`\) is required") as raised:
+        run(mocker, request)
+    assert raised.value.status == 400
     assert "mocker worker" in MAX_TOKENS_REQUIRED
 
 
 def test_token_delay_paces_output() -> None:
     start = time.perf_counter()
-    run(Mocker(default=list(range(10)), token_delay=0.01), {})
+    run(Mocker(default=list(range(10)), token_delay=0.01), {"stop_conditions": {"max_tokens": 64}})
     assert time.perf_counter() - start >= 0.1
 
 
@@ -175,7 +185,8 @@ def test_a_stopped_context_ends_with_cancelled() -> None:
 
     async def collect() -> list[dict[str, Any]]:
         frames = []
-        async for frame in Mocker(default=list(range(100, 120))).generate({}, context):
+        request = {"stop_conditions": {"max_tokens": 64}}
+        async for frame in Mocker(default=list(range(100, 120))).generate(request, context):
             frames.append(frame)
             if len(frames) == 3:
                 context.stop_generating()

@@ -73,7 +73,12 @@ def test_default_serve_gives_reasoning_content_and_a_tool_call(signum: int) -> N
             and proc.stdout.readline().strip() == "DYN_VALIDATION_MODEL=tiny"
         )
         client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
-        r = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS)  # type: ignore[arg-type]
+        r = client.chat.completions.create(
+            model="tiny",
+            messages=MESSAGES,  # type: ignore[arg-type]
+            tools=TOOLS,  # type: ignore[arg-type]
+            max_tokens=64,  # the mocker requires it, like Dynamo's
+        )
         message = r.choices[0].message
         assert message.model_extra is not None and message.model_extra["reasoning_content"]
         assert message.content
@@ -179,6 +184,7 @@ r = client.chat.completions.create(
     model=os.environ["DYN_VALIDATION_MODEL"],
     messages=[{"role": "user", "content": "Weather?"}],
     tools=tools,
+    max_tokens=64,
 )
 assert r.choices[0].message.tool_calls[0].function.name == "get_weather", r
 """

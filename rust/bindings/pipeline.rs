@@ -211,9 +211,11 @@ impl Exchange {
         self.take(py)
     }
 
-    /// The engine failed: an error event and `[DONE]`, or the unary error body.
-    fn fail<'py>(&mut self, py: Python<'py>, message: &str) -> Bound<'py, PyBytes> {
-        self.state.fail(message, &mut self.out);
+    /// The engine failed: an error event and `[DONE]` (the stream keeps its 200),
+    /// or the unary error body with `status`.
+    #[pyo3(signature = (message, status=500))]
+    fn fail<'py>(&mut self, py: Python<'py>, message: &str, status: u16) -> Bound<'py, PyBytes> {
+        self.state.fail_with(status, message, &mut self.out);
         self.state.finish(&mut self.out);
         self.take(py)
     }

@@ -3,8 +3,10 @@
 //!
 //! Text is released only when the decoded string grew and does not end in
 //! U+FFFD, so a character split across tokens comes out whole. Stop strings are
-//! matched over the tail of earlier text plus the new piece; only the new
-//! piece is cut (no hold-back: text already released is never taken back).
+//! matched over the tail of earlier text plus the new piece. Like Dynamo 1.6.1,
+//! text that may still grow into a stop string that is cut from the output is
+//! held back until it either completes (then dropped) or cannot (then released);
+//! a choice that ends any other way releases what is held.
 //!
 //! For byte-level BPE tokenizers (GPT-2 style decoder) each token's bytes come
 //! from a table built once per tokenizer, so a step never calls the tokenizer;
@@ -36,6 +38,8 @@ pub struct Step {
     pub tokens: u32,
     /// A hidden stop id or a stop string ended the choice.
     pub stopped: bool,
+    /// It was a stop string.
+    pub by_string: bool,
 }
 
 /// A failure inside the tokenizer's decode.
@@ -155,6 +159,8 @@ pub struct Detokenizer {
     prefix_len: usize,
     /// The last `jail_max` bytes of checked text, where a stop string may begin.
     jail: String,
+    /// Bytes at the end of `jail` not released yet: they may start a stop string.
+    held: usize,
     /// The longest stop string's length.
     jail_max: usize,
     generated: u32,
@@ -187,6 +193,7 @@ impl Detokenizer {
             prefix: String::new(),
             prefix_len: 0,
             jail: String::new(),
+            held: 0,
             jail_max,
             generated: 0,
             token_ends: Vec::new(),
@@ -197,13 +204,17 @@ impl Detokenizer {
     pub fn step(&mut self, frame: &EngineOutput, out: &mut String) -> Result<Step, DetokError> {
         self.token_ends.clear();
         if let Some(text) = &frame.text {
-            // The engine decoded already: pass it through untouched.
+            // The engine decoded already: pass it through untouched, after
+            // what was held if this is the choice's last frame.
+            if frame.finish_reason.is_some() {
+                self.flush(out);
+            }
             out.push_str(text);
             let tokens = frame.token_ids.len() as u32;
             self.generated += tokens;
             return Ok(Step {
                 tokens,
-                stopped: false,
+                ..Step::default()
             });
         }
         let mut step = Step::default();
@@ -215,7 +226,9 @@ impl Detokenizer {
             // Inside min_tokens nothing stops, and a hidden id is text like any other.
             let armed = self.generated >= self.options.min_tokens;
             if armed && hidden {
-                self.token_ends.push(start);
+                // The EOS's own text is dropped, but what was held is not part of it.
+                self.flush(out);
+                self.token_ends.push(out.len());
                 step.stopped = true;
                 return Ok(step);
             }
@@ -229,13 +242,29 @@ impl Detokenizer {
             }
             if armed && self.jail_max > 0 && out.len() > start && self.cut_at_stop(out, start) {
                 step.stopped = true;
+                step.by_string = true;
             }
             self.token_ends.push(out.len());
             if step.stopped {
                 return Ok(step);
             }
         }
+        if frame.finish_reason.is_some() {
+            // The engine ended the choice: what was held can no longer become a stop string.
+            self.flush(out);
+            if let Some(end) = self.token_ends.last_mut() {
+                *end = out.len();
+            }
+        }
         Ok(step)
+    }
+
+    /// Release the text held as a possible start of a stop string (the choice is ending).
+    pub fn flush(&mut self, out: &mut String) {
+        if self.held > 0 {
+            out.push_str(&self.jail[self.jail.len() - self.held..]);
+            self.held = 0;
+        }
     }
 
     /// Where each token of the last step ended in its `out` (for per-token log probs).
@@ -289,30 +318,59 @@ impl Detokenizer {
     }
 
     /// Append the piece `out[start..]` to the jail (the last bytes of text) and
-    /// look for the stop strings in list order; on a match cut the piece before
-    /// the stop string, or after it when it is to be kept.
+    /// look for the stop strings in list order. On a match `out` gets the text
+    /// up to the stop string (through it when it is kept); otherwise everything
+    /// but a tail that could still start a cut stop string, which is held.
     fn cut_at_stop(&mut self, out: &mut String, start: usize) -> bool {
-        let before = self.jail.len();
+        let release_from = self.jail.len() - self.held;
         self.jail.push_str(&out[start..]);
+        out.truncate(start);
         let found = self
             .options
             .stop
             .iter()
             .find_map(|stop| self.jail.find(stop.as_str()).map(|at| (at, stop.len())));
-        let Some((at, len)) = found else {
-            let mut cut = self.jail.len().saturating_sub(self.jail_max);
-            while !self.jail.is_char_boundary(cut) {
-                cut -= 1;
+        if let Some((at, len)) = found {
+            let end = if self.options.include_stop_str_in_output {
+                at + len
+            } else {
+                at
+            };
+            if end > release_from {
+                out.push_str(&self.jail[release_from..end]);
             }
-            self.jail.drain(..cut);
-            return false;
-        };
-        let end = if self.options.include_stop_str_in_output {
-            at + len
+            self.held = 0;
+            return true;
+        }
+        self.held = if self.options.include_stop_str_in_output {
+            0
         } else {
-            at
+            self.stop_prefix_at_end()
         };
-        out.truncate(start + end.saturating_sub(before));
-        true
+        out.push_str(&self.jail[release_from..self.jail.len() - self.held]);
+        let mut cut = self.jail.len().saturating_sub(self.jail_max);
+        while !self.jail.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.jail.drain(..cut);
+        false
+    }
+
+    /// The longest end of the jail that is a proper prefix of a stop string
+    /// (in bytes, starting on a character boundary).
+    fn stop_prefix_at_end(&self) -> usize {
+        let jail = self.jail.as_bytes();
+        let mut best = 0;
+        for stop in &self.options.stop {
+            let longest = stop.len().saturating_sub(1).min(jail.len());
+            for len in (best + 1..=longest).rev() {
+                let from = jail.len() - len;
+                if self.jail.is_char_boundary(from) && stop.as_bytes().starts_with(&jail[from..]) {
+                    best = len;
+                    break;
+                }
+            }
+        }
+        best
     }
 }

@@ -27,10 +27,16 @@ struct Choice {
     first: bool,
     finished: bool,
     had_calls: bool,
+    /// Streaming with a forced tool choice: calls wait for the last chunk,
+    /// which Dynamo sends with the finish reason on it.
+    held_calls: Vec<crate::parsers::CallDelta>,
     /// Tokens whose side (reasoning or answer) is not known yet.
     pending_tokens: u32,
     /// The last released text was reasoning (or nothing yet with a reasoning parser).
     in_reasoning: bool,
+    /// A stop string ended the choice: tokens that released nothing before it
+    /// are not reasoning (Dynamo counts them nowhere).
+    stopped_by_string: bool,
     // Unary fold.
     content: String,
     reasoning: String,
@@ -58,6 +64,8 @@ pub struct ResponseState {
     closed: bool,
     /// The `nvext.annotations` events went out (they lead a stream).
     announced: bool,
+    /// The engine sent at least one frame.
+    fed: bool,
     piece: String,
     delta: Delta,
     logprobs: Vec<TokenLogprob>,
@@ -91,6 +99,7 @@ impl ResponseState {
             status: 200,
             closed: false,
             announced: false,
+            fed: false,
             piece: String::new(),
             delta: Delta::default(),
             logprobs: Vec::new(),
@@ -133,6 +142,7 @@ impl ResponseState {
         if self.closed {
             return;
         }
+        self.fed = true;
         self.announce(out);
         match parse_frame(frame) {
             Ok(Frame::Output(output)) => self.output(&output, out),
@@ -170,6 +180,11 @@ impl ResponseState {
             chunks::write_str(out, reason_phrase(status));
             out.extend_from_slice(b",\"code\":");
             chunks::write_u64(out, status.into());
+            if status == 500 && !self.fed {
+                // An engine that failed before sending anything: Dynamo 1.6.1 adds
+                // the backend's status (an error frame does not get it).
+                out.extend_from_slice(b",\"details\":{\"backend_status\":500}");
+            }
             out.push(b'}');
         }
     }
@@ -184,6 +199,7 @@ impl ResponseState {
         for slot in 0..self.choices.len() {
             if !self.choices[slot].finished {
                 self.piece.clear();
+                self.choices[slot].detok.flush(&mut self.piece);
                 self.emit(slot, 0, None, true, out);
             }
         }
@@ -269,8 +285,10 @@ impl ResponseState {
             first: true,
             finished: false,
             had_calls: false,
+            held_calls: Vec::new(),
             pending_tokens: 0,
             in_reasoning: plan.reasoning_parser.is_some() && plan.in_reasoning != Some(false),
+            stopped_by_string: false,
             content: String::new(),
             reasoning: String::new(),
             calls: Vec::new(),
@@ -300,6 +318,7 @@ impl ResponseState {
             Err(_) => return self.fail(INTERNAL_ERROR, out),
         };
         self.usage.completion_tokens += step.tokens;
+        self.choices[slot].stopped_by_string = step.by_string;
         let finish = if step.stopped {
             Some("stop")
         } else {
@@ -339,11 +358,20 @@ impl ResponseState {
             ToolChoiceMode::Required | ToolChoiceMode::Named(_)
         ) {
             self.delta.content.clear();
+            self.delta.calls_at = 0;
+            if self.plan.stream {
+                choice.had_calls |= !self.delta.calls.is_empty();
+                choice.held_calls.append(&mut self.delta.calls);
+                if ending {
+                    std::mem::swap(&mut self.delta.calls, &mut choice.held_calls);
+                }
+            }
         }
         if !self.plan.parallel_tool_calls {
             self.delta.calls.retain(|c| c.index == 0);
         }
-        count_reasoning(choice, &self.delta, tokens, ending && !self.jail);
+        let settle = ending && !self.jail && !choice.stopped_by_string;
+        count_reasoning(choice, &self.delta, tokens, settle);
         choice.had_calls |= !self.delta.calls.is_empty();
         let finish = finish.map(|f| if choice.had_calls { "tool_calls" } else { f });
         if ending {

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use _core::parsers::Tools;
 use _core::pipeline::detok::{DecodeOptions, Detokenizer};
-use _core::pipeline::frames::EngineOutput;
+use _core::pipeline::frames::{EngineOutput, FinishReason};
 use _core::pipeline::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use _core::pipeline::response::ResponseState;
 use serde_json::{json, Value};
@@ -368,15 +368,38 @@ fn stop_string_cuts_the_current_piece_only() {
 }
 
 #[test]
-fn stop_string_spanning_tokens_keeps_released_text() {
-    // "lo th" starts inside "Hello" (already released) and ends in " there".
+fn stop_string_spanning_tokens_is_held_back_then_cut() {
+    // "lo th" starts inside "Hello" and ends in " there": "lo" is held until the
+    // match completes, then dropped (Dynamo 1.6.1, as the parity suite shows).
     let options = DecodeOptions {
         stop: vec!["lo th".into()],
         ..eos_options()
     };
     let (pieces, stopped) = decode_all(&with_eos("Hello there!"), options);
     assert!(stopped);
+    assert_eq!(pieces.concat(), "Hel");
+}
+
+#[test]
+fn held_stop_string_start_is_released_when_it_cannot_match() {
+    let options = DecodeOptions {
+        stop: vec!["lo th".into()],
+        ..eos_options()
+    };
+    // "lo" is held after "Hello", released whole once "!" rules the match out.
+    let (pieces, stopped) = decode_all(&with_eos("Hello!"), options.clone());
+    assert!(stopped, "ends on the EOS");
+    assert_eq!(pieces.concat(), "Hello!");
+    // Held text at the EOS is released, not dropped.
+    let (pieces, _) = decode_all(&with_eos("Hello"), options.clone());
     assert_eq!(pieces.concat(), "Hello");
+    // A stop string kept in the output is never held.
+    let kept = DecodeOptions {
+        include_stop_str_in_output: true,
+        ..options
+    };
+    let (pieces, _) = decode_all(&with_eos("Hello there!"), kept);
+    assert_eq!(pieces.concat(), "Hello th");
 }
 
 #[test]
@@ -751,4 +774,86 @@ fn parallel_tool_calls_false_keeps_the_first_call() {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0]["function"]["arguments"], "{}");
     assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+}
+
+#[test]
+fn held_stop_string_start_is_released_when_the_engine_ends() {
+    let options = DecodeOptions {
+        stop: vec!["lo th".into()],
+        ..eos_options()
+    };
+    let mut detok = Detokenizer::new(tokenizer(), options);
+    let ids = encode("Hello");
+    let mut text = String::new();
+    for (i, &id) in ids.iter().enumerate() {
+        let frame = EngineOutput {
+            token_ids: vec![id],
+            finish_reason: (i + 1 == ids.len()).then_some(FinishReason::Length),
+            ..Default::default()
+        };
+        let step = detok.step(&frame, &mut text).unwrap();
+        assert!(!step.stopped);
+    }
+    assert_eq!(text, "Hello");
+}
+
+fn chat_plan(stream: bool, tool_choice: Value, with_tools: bool) -> ResponsePlan {
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let fixture = json!({"plan": {
+        "surface": "chat", "model": "m", "stream": stream, "include_usage": false, "n": 1,
+        "prompt_tokens": 3, "logprobs": false, "stop": [], "min_tokens": null,
+        "max_tokens": null, "reasoning_parser": "deepseek_r1",
+        "tool_call_parser": if with_tools { json!("hermes") } else { Value::Null },
+        "tools": if with_tools { tools } else { Value::Null },
+        "tool_choice": tool_choice, "parallel_tool_calls": true}});
+    plan_of(&fixture)
+}
+
+fn token_frames(text: &str) -> Vec<Value> {
+    with_eos(text)
+        .into_iter()
+        .map(|id| json!({"token_ids": [id]}))
+        .collect()
+}
+
+#[test]
+fn forced_tool_choice_streams_the_calls_with_the_finish() {
+    let text = r#"<think>plan</think><tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>"#;
+    let named = json!({"type": "function", "function": {"name": "get_weather"}});
+    for choice in [json!("required"), named] {
+        let (_, events) = drive(chat_plan(true, choice, true), &token_frames(text));
+        let last = &events[events.len() - 2];
+        assert!(last.contains(r#""tool_calls":[{"index":0"#), "{events:?}");
+        assert!(
+            last.contains(r#""finish_reason":"tool_calls""#),
+            "{events:?}"
+        );
+        assert_eq!(
+            events.iter().filter(|e| e.contains("tool_calls")).count(),
+            1
+        );
+        assert_eq!(events.last().unwrap(), "[DONE]");
+    }
+    // `auto` still sends each call as soon as it is parsed, then a closing chunk.
+    let (_, events) = drive(chat_plan(true, json!("auto"), true), &token_frames(text));
+    assert!(events[events.len() - 2].ends_with(
+        r#""delta":{},"finish_reason":"tool_calls","logprobs":null}],"created":1796215889,"model":"m","object":"chat.completion.chunk"}"#
+    ));
+}
+
+#[test]
+fn a_lone_lt_after_text_is_not_held_without_a_tool_parser() {
+    // ".<" is one token: Dynamo sends it whole, not "." then "<tool".
+    let text = "<think>plan</think>Sure.<tool_call>{}";
+    let (_, events) = drive(chat_plan(true, json!("auto"), false), &token_frames(text));
+    let contents: Vec<Value> = events
+        .iter()
+        .filter(|e| e.starts_with('{'))
+        .map(|e| {
+            serde_json::from_str::<Value>(e).unwrap()["choices"][0]["delta"]["content"].clone()
+        })
+        .filter(|c| !c.is_null())
+        .collect();
+    assert_eq!(contents[..3], [json!("Sure"), json!(".<"), json!("tool")]);
 }

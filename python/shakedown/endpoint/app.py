@@ -80,6 +80,17 @@ def _request_id(headers: Any) -> str:
     return str(uuid.uuid4())
 
 
+def engine_failure(err: BaseException) -> tuple[str, int]:
+    """What the client is told about an engine exception: its own message and status when
+    it carries a 4xx `status` (or `code`) — the request was at fault, as Dynamo reports an
+    `InvalidArgument` — else the reference's generic 500."""
+    for name in ("status", "code"):
+        status = getattr(err, name, None)
+        if isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 500:
+            return str(err), status
+    return ENGINE_ERROR, 500
+
+
 class _Active:
     """A request in flight, so `close()` and a disconnect can interrupt it."""
 
@@ -313,9 +324,11 @@ class EndpointApp:
             if active.disconnected:
                 return 0, b""
             return 503, error_body(503, SHUTTING_DOWN)
-        except Exception:
-            log_failure("engine failed on request %s", active.context.id)
-            body = exchange.fail(ENGINE_ERROR)
+        except Exception as err:
+            message, status = engine_failure(err)
+            if status >= 500:
+                log_failure("engine failed on request %s", active.context.id)
+            body = exchange.fail(message, status)
             return exchange.status, body
 
     async def _stream(
@@ -350,10 +363,12 @@ class EndpointApp:
             absorb_cancel(active.task)
             if active.stopping and not active.disconnected and not ended:
                 await self._send_last(transport, exchange.fail(SHUTTING_DOWN))
-        except Exception:
-            log_failure("engine failed on streaming request %s", active.context.id)
+        except Exception as err:
+            message, status = engine_failure(err)
+            if status >= 500:
+                log_failure("engine failed on streaming request %s", active.context.id)
             if not ended:
-                await self._send_last(transport, exchange.fail(ENGINE_ERROR))
+                await self._send_last(transport, exchange.fail(message, status))
         finally:
             # granian ends the response when the transport is freed. Drop it now, so a
             # traceback that outlives this frame (a reference cycle, a log record) can't

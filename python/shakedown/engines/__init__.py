@@ -1,5 +1,11 @@
 """Engines shipped with shakedown (the scripted mocker)."""
 
-from .mocker import Mocker, MockerError, load_replay_trace, script_table
+from .mocker import Mocker, MockerError, MockerRequestError, load_replay_trace, script_table
 
-__all__ = ["Mocker", "MockerError", "load_replay_trace", "script_table"]
+__all__ = [
+    "Mocker",
+    "MockerError",
+    "MockerRequestError",
+    "load_replay_trace",
+    "script_table",
+]

@@ -7,6 +7,8 @@ Output comes from, in order of preference:
 2. the default reply, when one is set and the request names no row;
 3. random token ids otherwise (exactly `max_tokens` of them, like the reference).
 
+`max_tokens` is required in every case, as by the reference (`MockerRequestError`, a 400).
+
 Replayed rows are emitted whatever `max_tokens` says (the default script is cut at
 it), one per frame; the last frame
 has no tokens and `finish_reason: "length"`, so a reply that ends in EOS finishes
@@ -42,6 +44,12 @@ class Context(Protocol):
 
 class MockerError(ValueError):
     """A request the mocker can't answer, or a trace it can't load."""
+
+
+class MockerRequestError(MockerError):
+    """The request itself is invalid; the endpoint answers with `status`, as Dynamo does."""
+
+    status = 400
 
 
 def load_replay_trace(path: str | os.PathLike[str]) -> ReplayTable:
@@ -167,10 +175,7 @@ class Mocker:
             return None
         return self.default
 
-    def _random_ids(self, request: Mapping[str, Any]) -> list[int]:
-        max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
-        if not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise MockerError(MAX_TOKENS_REQUIRED)
+    def _random_ids(self, max_tokens: int) -> list[int]:
         low, high = self._random_range
         ids: list[int] = []
         while len(ids) < max_tokens:
@@ -182,15 +187,17 @@ class Mocker:
     async def generate(
         self, request: dict[str, Any], context: Context
     ) -> AsyncIterator[dict[str, Any]]:
+        # Like the reference mocker, before any output and even for a replayed row.
+        max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
+            raise MockerRequestError(MAX_TOKENS_REQUIRED)
         ids = self.choose(request)
         if ids is None:
-            ids = self._random_ids(request)
+            ids = self._random_ids(max_tokens)
         elif self.default is not None and ids is self.default:
             # A named replay row is emitted whole, as the reference mocker does; the
             # default script stands in for a model, so it honours `max_tokens`.
-            max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
-            if isinstance(max_tokens, int) and max_tokens > 0:
-                ids = ids[:max_tokens]
+            ids = ids[:max_tokens]
         prompt_tokens = len(request.get("token_ids") or ())
         delay = self.token_delay
         for position, token in enumerate(ids):

@@ -37,6 +37,11 @@ pub(super) struct Family {
     pub drop_stray: bool,
     /// Channel framing that is removed from content (Kimi K3's XTML wrappers).
     pub framing: &'static [&'static str],
+    /// Dynamo's `<think>` parser holds a possible marker start in content only
+    /// from two bytes on: a lone `<` after other text goes straight out (so
+    /// `.<` + `tool` stays as is), and a marker cut right after it is not
+    /// recognised. A piece that is just `<` is still held (char-by-char input).
+    pub lone_byte_passes: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -235,6 +240,14 @@ impl Delimited {
                                 self.state = State::Reasoning;
                             }
                             pos += end;
+                        }
+                        Scan::Partial { hold_from }
+                            if self.family.lone_byte_passes
+                                && hold_from > 0
+                                && rest.len() - hold_from < 2 =>
+                        {
+                            out.content.push_str(rest);
+                            return;
                         }
                         Scan::Partial { hold_from } => {
                             out.content.push_str(&rest[..hold_from]);

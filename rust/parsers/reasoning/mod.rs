@@ -29,6 +29,7 @@ const fn think(name: &'static str, forced: bool) -> Family {
         multi_span: true,
         drop_stray: true,
         framing: &[],
+        lone_byte_passes: true,
     }
 }
 
@@ -47,6 +48,7 @@ static QWEN3: Family = think("qwen3", false);
 static GLM45: Family = think("glm45", false);
 static KIMI: Family = Family {
     openers: &["◁think▷"],
+    lone_byte_passes: false,
     closers: &["◁/think▷"],
     ..think("kimi", false)
 };
@@ -60,6 +62,7 @@ static KIMI_K2: Family = Family {
 /// ends an unclosed think channel.
 static KIMI_K3: Family = Family {
     openers: &["<|open|>think<|sep|>"],
+    lone_byte_passes: false,
     closers: &["<|close|>think<|sep|>", "<|open|>response<|sep|>"],
     own_exits: &["<|open|>tools<|sep|>"],
     framing: &[
@@ -72,12 +75,14 @@ static KIMI_K3: Family = Family {
 };
 static MISTRAL: Family = Family {
     openers: &["[THINK]"],
+    lone_byte_passes: false,
     closers: &["[/THINK]"],
     ..think("mistral", true)
 };
 /// Plain-text phrases; like Dynamo, one span only, and a later phrase is text.
 static GRANITE: Family = Family {
     openers: &["Here's my thought process:", "Here is my thought process:"],
+    lone_byte_passes: false,
     closers: &["Here's my response:", "Here is my response:"],
     multi_span: false,
     drop_stray: false,
@@ -92,6 +97,7 @@ static MINIMAX_M2: Family = Family {
 };
 static MINIMAX_M3: Family = Family {
     openers: &["<mm:think>"],
+    lone_byte_passes: false,
     closers: &["</mm:think>"],
     ..think("minimax_m3", false)
 };
@@ -100,6 +106,7 @@ static MINIMAX_M3: Family = Family {
 /// Like Dynamo's Gemma 4 parser, a stray closer in content is left alone.
 static GEMMA4: Family = Family {
     openers: &["<|channel>thought\n", "<|channel>"],
+    lone_byte_passes: false,
     closers: &["<channel|>"],
     drop_stray: false,
     labels: &["thought\n"],
@@ -133,9 +140,19 @@ pub fn build(
     in_reasoning: Option<bool>,
     exit_markers: &'static [&'static str],
 ) -> Box<dyn ReasoningParse> {
-    let config: &'static Family = match family {
-        "gpt_oss" => return Box::new(harmony::Harmony::new(in_reasoning)),
-        "minimax_append_think" => return Box::new(AppendThink { started: false }),
+    match family {
+        "gpt_oss" => Box::new(harmony::Harmony::new(in_reasoning)),
+        "minimax_append_think" => Box::new(AppendThink { started: false }),
+        _ => {
+            let config = delimited_family(family).unwrap_or(&BASIC);
+            Box::new(Delimited::new(config, in_reasoning, exit_markers))
+        }
+    }
+}
+
+/// The configuration of a delimited family.
+fn delimited_family(family: &str) -> Option<&'static Family> {
+    Some(match family {
         "deepseek_r1" => &DEEPSEEK_R1,
         "deepseek_v4" => &DEEPSEEK_V4,
         "qwen3" => &QWEN3,
@@ -151,9 +168,9 @@ pub fn build(
         "minimax_m2" => &MINIMAX_M2,
         "minimax_m3" => &MINIMAX_M3,
         "gemma4" => &GEMMA4,
-        _ => &BASIC,
-    };
-    Box::new(Delimited::new(config, in_reasoning, exit_markers))
+        "basic" => &BASIC,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -184,8 +184,14 @@ fn fixtures_survive_every_cut() {
             } else {
                 vec![text.len()]
             };
-            for &i in &bounds {
-                for &j in pairs.iter().filter(|&&j| j >= i) {
+            // Dynamo lets a lone `<` through in content, so a marker cut right
+            // after one is not recognised: those cuts are not split-invariant.
+            let family = crate::parsers::registry::canonical_reasoning(name).unwrap();
+            let lone_byte_passes =
+                super::delimited_family(family).is_some_and(|f| f.lone_byte_passes);
+            let exempt = |cut: usize| lone_byte_passes && text[..cut].ends_with('<');
+            for &i in bounds.iter().filter(|&&i| !exempt(i)) {
+                for &j in pairs.iter().filter(|&&j| j >= i && !exempt(j)) {
                     let mut parser = new_reasoning_parser(name, in_reasoning, &[]).unwrap();
                     let mut out = Delta::default();
                     for piece in [&text[..i], &text[i..j], &text[j..]] {

@@ -1,0 +1,1 @@
+"""Optional integrations with serving frameworks (each behind its own extra)."""
