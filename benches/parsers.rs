@@ -121,6 +121,7 @@ fn main() {
             tools: tools.clone(),
             stream_arguments: true,
             in_reasoning: None,
+            reference_streaming: false,
         };
         let mut per_piece = Vec::new();
         let mut per_byte = Vec::new();

@@ -234,6 +234,7 @@ impl ChatParser {
             tools: tools_from_py(py, tools)?,
             stream_arguments,
             in_reasoning,
+            reference_streaming: false,
         };
         Ok(Self {
             engine: Engine::new(py, &options)?,
@@ -339,6 +340,7 @@ fn parse(
         tools: tools_from_py(py, tools)?,
         stream_arguments: false,
         in_reasoning,
+        reference_streaming: false,
     };
     let (inner, errors) =
         parsers::chat::parse(text, &options).map_err(|e| unknown_parser(py, e))?;

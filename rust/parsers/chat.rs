@@ -22,6 +22,11 @@ pub struct ChatOptions {
     pub tools: Arc<Tools>,
     pub stream_arguments: bool,
     pub in_reasoning: Option<bool>,
+    /// Reproduce Dynamo 1.6.1's streaming exactly, quirks included: its `<think>`
+    /// parsers release a lone `<` that ends a longer piece of content, so the
+    /// result then depends on how the text was cut. Only the pipeline sets this,
+    /// for byte parity with the reference; the standalone parsers never do.
+    pub reference_streaming: bool,
 }
 
 impl ChatParser {
@@ -36,6 +41,7 @@ impl ChatParser {
                 name,
                 options.in_reasoning,
                 exit_markers,
+                options.reference_streaming,
             )?),
             None => None,
         };

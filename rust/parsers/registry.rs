@@ -166,14 +166,21 @@ fn forced_by_name(name: &str) -> bool {
 /// A reasoning parser. `in_reasoning` overrides the family's own default for
 /// whether output starts inside reasoning (the chat template opened it).
 /// `exit_markers` end reasoning implicitly and are passed on as content intact.
+/// `reference_streaming`: see [`super::chat::ChatOptions::reference_streaming`].
 pub fn new_reasoning_parser(
     name: &str,
     in_reasoning: Option<bool>,
     exit_markers: &'static [&'static str],
+    reference_streaming: bool,
 ) -> Result<Box<dyn ReasoningParse>, UnknownParser> {
     let canonical = canonical_reasoning(name)?;
     let in_reasoning = in_reasoning.or(forced_by_name(name).then_some(true));
-    Ok(reasoning::build(canonical, in_reasoning, exit_markers))
+    Ok(reasoning::build(
+        canonical,
+        in_reasoning,
+        exit_markers,
+        reference_streaming,
+    ))
 }
 
 /// A tool-call parser for the request's `tools` (used by schema-typed formats).
@@ -205,7 +212,7 @@ mod tests {
     fn every_name_builds() {
         let tools = Arc::new(Tools::default());
         for entry in reasoning_parsers() {
-            new_reasoning_parser(entry.name, None, &[]).unwrap();
+            new_reasoning_parser(entry.name, None, &[], false).unwrap();
         }
         for entry in tool_call_parsers() {
             new_tool_parser(entry.name, tools.clone()).unwrap();

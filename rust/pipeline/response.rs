@@ -80,6 +80,7 @@ impl ResponseState {
             tools: plan.tools.clone(),
             stream_arguments: false,
             in_reasoning: plan.in_reasoning,
+            reference_streaming: true,
         });
         // Surface an unknown name now rather than on the first frame.
         let spare_parser = chat_options.as_ref().map(ChatParser::new).transpose()?;

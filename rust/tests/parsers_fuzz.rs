@@ -115,6 +115,7 @@ proptest! {
             tools: Arc::new(Tools::from_json(TOOLS.as_bytes()).unwrap()),
             stream_arguments: false,
             in_reasoning: None,
+            reference_streaming: false,
         };
         let streamed = run(&options, &pieces);
         let whole = run(&options, &[pieces.concat()]);

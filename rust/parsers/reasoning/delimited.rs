@@ -37,8 +37,8 @@ pub(super) struct Family {
     pub drop_stray: bool,
     /// Channel framing that is removed from content (Kimi K3's XTML wrappers).
     pub framing: &'static [&'static str],
-    /// Dynamo's `<think>` parser holds a possible marker start in content only
-    /// from two bytes on: a lone `<` after other text goes straight out (so
+    /// Dynamo's `<think>` parser (followed with `reference_streaming`) holds a
+    /// possible marker start in content only from two bytes on: a lone `<` after other text goes straight out (so
     /// `.<` + `tool` stays as is), and a marker cut right after it is not
     /// recognised. A piece that is just `<` is still held (char-by-char input).
     pub lone_byte_passes: bool,
@@ -161,6 +161,8 @@ pub(super) struct Delimited {
     state: State,
     /// Text that may still become a marker, at most one marker long.
     held: Held,
+    /// The family's lone-`<` quirk, when reproducing the reference's streaming.
+    lone_byte_passes: bool,
 }
 
 impl Delimited {
@@ -168,6 +170,7 @@ impl Delimited {
         family: &'static Family,
         in_reasoning: Option<bool>,
         exits: &'static [&'static str],
+        reference_streaming: bool,
     ) -> Self {
         let state = if in_reasoning.unwrap_or(family.forced) {
             State::Leading
@@ -179,6 +182,7 @@ impl Delimited {
             stages: stages(family, exits),
             state,
             held: Held::default(),
+            lone_byte_passes: family.lone_byte_passes && reference_streaming,
         }
     }
 
@@ -242,7 +246,7 @@ impl Delimited {
                             pos += end;
                         }
                         Scan::Partial { hold_from }
-                            if self.family.lone_byte_passes
+                            if self.lone_byte_passes
                                 && hold_from > 0
                                 && rest.len() - hold_from < 2 =>
                         {

@@ -139,13 +139,19 @@ pub fn build(
     family: &'static str,
     in_reasoning: Option<bool>,
     exit_markers: &'static [&'static str],
+    reference_streaming: bool,
 ) -> Box<dyn ReasoningParse> {
     match family {
         "gpt_oss" => Box::new(harmony::Harmony::new(in_reasoning)),
         "minimax_append_think" => Box::new(AppendThink { started: false }),
         _ => {
             let config = delimited_family(family).unwrap_or(&BASIC);
-            Box::new(Delimited::new(config, in_reasoning, exit_markers))
+            Box::new(Delimited::new(
+                config,
+                in_reasoning,
+                exit_markers,
+                reference_streaming,
+            ))
         }
     }
 }

@@ -8,7 +8,7 @@ fn run(
     exits: &'static [&'static str],
     pieces: &[&str],
 ) -> (String, String, Vec<Delta>) {
-    let mut parser = build(family, in_reasoning, exits);
+    let mut parser = build(family, in_reasoning, exits, false);
     let mut deltas = Vec::new();
     for piece in pieces {
         let mut d = Delta::default();
@@ -184,15 +184,9 @@ fn fixtures_survive_every_cut() {
             } else {
                 vec![text.len()]
             };
-            // Dynamo lets a lone `<` through in content, so a marker cut right
-            // after one is not recognised: those cuts are not split-invariant.
-            let family = crate::parsers::registry::canonical_reasoning(name).unwrap();
-            let lone_byte_passes =
-                super::delimited_family(family).is_some_and(|f| f.lone_byte_passes);
-            let exempt = |cut: usize| lone_byte_passes && text[..cut].ends_with('<');
-            for &i in bounds.iter().filter(|&&i| !exempt(i)) {
-                for &j in pairs.iter().filter(|&&j| j >= i && !exempt(j)) {
-                    let mut parser = new_reasoning_parser(name, in_reasoning, &[]).unwrap();
+            for &i in &bounds {
+                for &j in pairs.iter().filter(|&&j| j >= i) {
+                    let mut parser = new_reasoning_parser(name, in_reasoning, &[], false).unwrap();
                     let mut out = Delta::default();
                     for piece in [&text[..i], &text[i..j], &text[j..]] {
                         parser.feed(piece, &mut out);
@@ -206,4 +200,30 @@ fn fixtures_survive_every_cut() {
         }
     }
     assert!(checked > 1000, "only {checked} splits checked");
+}
+
+#[test]
+fn lone_lt_passes_only_when_reproducing_the_reference() {
+    let pieces = ["x</think>Done.<", "/think>tail"];
+    let feed_all = |reference: bool| {
+        let mut parser = build("deepseek_r1", None, &[], reference);
+        let mut out = Delta::default();
+        for piece in pieces {
+            parser.feed(piece, &mut out);
+        }
+        parser.finish(&mut out);
+        out
+    };
+    // The standalone parser is chunking-independent: the stray `</think>` is dropped
+    // whole, as when the text arrives in one piece.
+    let strict = feed_all(false);
+    let mut whole = build("deepseek_r1", None, &[], false);
+    let mut expected = Delta::default();
+    whole.feed(&pieces.concat(), &mut expected);
+    whole.finish(&mut expected);
+    assert_eq!(strict.content, expected.content);
+    // Dynamo 1.6.1 releases the lone `<` ending the first piece, so the marker
+    // cut after it stays text.
+    let reference = feed_all(true);
+    assert_eq!(reference.content, "Done.</think>tail");
 }
