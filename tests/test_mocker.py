@@ -27,12 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "python" / "shakedown" / "models" / "tiny"
 
 
+CAPTURES = ROOT / "tests" / "fixtures" / "pipeline" / "captures"
+
+
 def reference_file(name: str) -> Path:
-    for shared in (ROOT.parent / "shared", ROOT.parent.parent / "shared"):
-        path = shared / "reference" / "dynamo-1.6.1" / name
-        if path.is_file():
-            return path
-    pytest.skip(f"reference capture {name} not found beside the project")
+    """A capture from the real Dynamo 1.6.1 stack, copied into the fixtures."""
+    return CAPTURES / name
 
 
 def run(
