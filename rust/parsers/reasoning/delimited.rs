@@ -15,6 +15,7 @@ use std::sync::{Mutex, OnceLock};
 
 use super::super::markers::{Held, MarkerSet, Scan};
 use super::super::{Delta, ReasoningParse};
+use super::{feed_held, finish_held, HeldRun};
 
 /// How one family's markers behave.
 pub(super) struct Family {
@@ -193,9 +194,15 @@ impl Delimited {
             State::Passthrough
         }
     }
+}
+
+impl HeldRun for Delimited {
+    fn held(&mut self) -> &mut Held {
+        &mut self.held
+    }
 
     /// Consume `buf`; without `last`, a possible marker start at the end is kept in `held`.
-    fn run(&mut self, buf: &str, last: bool, out: &mut Delta) {
+    fn consume(&mut self, buf: &str, last: bool, out: &mut Delta) {
         let mut pos = 0;
         while pos < buf.len() {
             let rest = &buf[pos..];
@@ -267,17 +274,10 @@ impl Delimited {
 
 impl ReasoningParse for Delimited {
     fn feed(&mut self, text: &str, out: &mut Delta) {
-        if self.held.tail.is_empty() {
-            self.run(text, false, out);
-            return;
-        }
-        let buf = self.held.join(text);
-        self.run(&buf, false, out);
-        self.held.reuse(buf);
+        feed_held(self, text, out);
     }
 
     fn finish(&mut self, out: &mut Delta) {
-        let buf = std::mem::take(&mut self.held.tail);
-        self.run(&buf, true, out);
+        finish_held(self, out);
     }
 }

@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 
 use super::super::markers::{Held, MarkerSet, Scan};
 use super::super::{Delta, ReasoningParse};
+use super::{feed_held, finish_held, HeldRun};
 
 const START: &str = "<|start|>";
 const CHANNEL: &str = "<|channel|>";
@@ -132,7 +133,22 @@ impl Harmony {
         }
     }
 
-    fn run(&mut self, buf: &str, last: bool, out: &mut Delta) {
+    /// Plain text in the current state.
+    fn text(&mut self, text: &str, out: &mut Delta) {
+        match self.state {
+            State::Between => out.content.push_str(text),
+            State::Header => self.header.push_str(text),
+            State::Body(body) => self.emit(body, text, out),
+        }
+    }
+}
+
+impl HeldRun for Harmony {
+    fn held(&mut self) -> &mut Held {
+        &mut self.held
+    }
+
+    fn consume(&mut self, buf: &str, last: bool, out: &mut Delta) {
         let sets = sets();
         let mut pos = 0;
         while pos < buf.len() {
@@ -182,31 +198,15 @@ impl Harmony {
             }
         }
     }
-
-    /// Plain text in the current state.
-    fn text(&mut self, text: &str, out: &mut Delta) {
-        match self.state {
-            State::Between => out.content.push_str(text),
-            State::Header => self.header.push_str(text),
-            State::Body(body) => self.emit(body, text, out),
-        }
-    }
 }
 
 impl ReasoningParse for Harmony {
     fn feed(&mut self, text: &str, out: &mut Delta) {
-        if self.held.tail.is_empty() {
-            self.run(text, false, out);
-            return;
-        }
-        let buf = self.held.join(text);
-        self.run(&buf, false, out);
-        self.held.reuse(buf);
+        feed_held(self, text, out);
     }
 
     fn finish(&mut self, out: &mut Delta) {
-        let buf = std::mem::take(&mut self.held.tail);
-        self.run(&buf, true, out);
+        finish_held(self, out);
         // A header that never reached `<|message|>` was not one.
         if self.state == State::Header {
             out.content.push_str(&self.header);

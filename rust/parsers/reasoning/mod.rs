@@ -12,7 +12,30 @@ mod harmony;
 
 use delimited::{Delimited, Family};
 
+use super::markers::Held;
 use super::{Delta, ReasoningParse};
+
+/// A parser that scans its held marker start and the new text as one piece.
+trait HeldRun {
+    fn held(&mut self) -> &mut Held;
+    /// Consume `text`; without `last`, a possible marker start at the end is held.
+    fn consume(&mut self, text: &str, last: bool, out: &mut Delta);
+}
+
+fn feed_held<P: HeldRun>(parser: &mut P, text: &str, out: &mut Delta) {
+    if parser.held().tail.is_empty() {
+        parser.consume(text, false, out);
+        return;
+    }
+    let buf = parser.held().join(text);
+    parser.consume(&buf, false, out);
+    parser.held().reuse(buf);
+}
+
+fn finish_held<P: HeldRun>(parser: &mut P, out: &mut Delta) {
+    let buf = std::mem::take(&mut parser.held().tail);
+    parser.consume(&buf, true, out);
+}
 
 const THINK: &[&str] = &["<think>"];
 const UNTHINK: &[&str] = &["</think>"];
