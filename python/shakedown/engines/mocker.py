@@ -27,6 +27,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from shakedown._core import ShakedownError
+
 log = logging.getLogger("shakedown.engines.mocker")
 
 REPLAY_PREFIX = "output_replay_id:"
@@ -42,7 +44,7 @@ class Context(Protocol):
     def is_stopped(self) -> bool: ...
 
 
-class MockerError(ValueError):
+class MockerError(ShakedownError, ValueError):
     """A request the mocker can't answer, or a trace it can't load."""
 
 

@@ -27,6 +27,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shakedown._core import ShakedownError
+
 log = logging.getLogger("shakedown.integrations.dynamo")
 
 DEFAULT_ENDPOINT = "dynamo.backend.generate"
@@ -38,7 +40,7 @@ class Context(Protocol):
     def is_stopped(self) -> bool: ...
 
 
-class DynamoEngineError(RuntimeError):
+class DynamoEngineError(ShakedownError, RuntimeError):
     """The Dynamo worker refused or failed a request.
 
     `status` is 400 when Dynamo said the request was invalid (`InvalidArgument`, e.g. the

@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shakedown._core import ShakedownError
+
 MODEL_PLACEHOLDER = "$MODEL"
 MODES = ("unary", "stream")
 DEFAULT_CASES = Path(__file__).resolve().parent / "default_cases.jsonl"
 _KEYS = {"name", "path", "method", "body", "raw", "headers", "modes", "stream_extra", "normalize"}
 
 
-class CaseError(ValueError):
+class CaseError(ShakedownError, ValueError):
     """A case file that can't be used, with the file and line it came from."""
 
 

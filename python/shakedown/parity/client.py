@@ -11,6 +11,8 @@ import http.client
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from shakedown._core import ShakedownError
+
 from .cases import Request
 
 TIMEOUT_S = 30.0
@@ -34,7 +36,7 @@ class Response:
     body: bytes
 
 
-class FetchError(RuntimeError):
+class FetchError(ShakedownError, RuntimeError):
     """The endpoint could not be reached or broke off the response."""
 
 

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from shakedown._core import ShakedownError
+
 GATES_VAR = "DYN_WORKER_VALIDATION_GATES"
 PARALLEL_VAR = "DYN_WORKER_VALIDATION_PARALLEL"
 LOCAL_PORT_VAR = "DYN_WORKER_VALIDATION_LOCAL_PORT"
@@ -35,7 +37,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
-class ValidationConfigError(ValueError):
+class ValidationConfigError(ShakedownError, ValueError):
     """A validation setting in the environment is malformed; the worker must not be released."""
 
 
