@@ -1,4 +1,5 @@
-"""WorkerValidation end to end with a real local endpoint stand-in and real gate processes."""
+"""WorkerValidation end to end: the production loopback endpoint serving the packaged tiny
+model through the mocker engine, and real gate processes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import json
 import logging
 import shlex
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -14,29 +16,48 @@ from typing import Any
 
 import pytest
 
-from openai_standin import StandInEndpoint
+import shakedown.endpoint
+from shakedown._core import Pipeline
+from shakedown.cli import TINY_MODEL, TINY_PARSERS, make_mocker
+from shakedown.endpoint import Engine, EngineRegistry, ModelCard
 from shakedown.validation import ExecGate, ValidationConfig, WorkerValidation, default_gates
+from shakedown.validation.lifecycle import LocalEndpoint, loopback_endpoint
 from validation_helpers import py
 
+SERVED = "tiny-under-test"
 
-class Card:
-    def __init__(self, served_name: str = "standin", reasoning_parser: str | None = None) -> None:
-        self.served_name = served_name
-        self.reasoning_parser = reasoning_parser
-        self.tool_call_parser = None
+
+def tiny_card(served_name: str = SERVED, **fields: Any) -> ModelCard:
+    reasoning_parser, tool_call_parser = TINY_PARSERS
+    return ModelCard(
+        str(TINY_MODEL),
+        served_name=served_name,
+        reasoning_parser=reasoning_parser,
+        tool_call_parser=tool_call_parser,
+        **fields,
+    )
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    generate: Engine = make_mocker(Pipeline(str(TINY_MODEL)), TINY_MODEL).generate
+    return generate
 
 
 class Factory:
-    """Builds stand-in endpoints the way the real factory builds LoopbackEndpoint."""
+    """The production endpoint factory, recording what it was asked for and what it built."""
 
     def __init__(self) -> None:
-        self.made: list[StandInEndpoint] = []
+        self.made: list[LocalEndpoint] = []
         self.calls: list[dict[str, Any]] = []
 
-    def __call__(self, card: Any, *, port: int, api_key: str, enable_rl: bool) -> StandInEndpoint:
+    def __call__(
+        self, card: Any, *, port: int, api_key: str, enable_rl: bool
+    ) -> LocalEndpoint | None:
         self.calls.append({"port": port, "api_key": api_key, "enable_rl": enable_rl})
-        endpoint = StandInEndpoint(card.served_name, port=port, api_key=api_key)
-        self.made.append(endpoint)
+        endpoint = loopback_endpoint(card, port=port, api_key=api_key, enable_rl=enable_rl)
+        if endpoint is not None:
+            self.made.append(endpoint)
         return endpoint
 
 
@@ -66,51 +87,84 @@ def make(tmp_path: Path) -> Iterator[Any]:
         validation.close()
 
 
-def status(url: str, token: str | None = None) -> int:
-    request = urllib.request.Request(url)
+def status(url: str, token: str | None = None, body: dict[str, Any] | None = None) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
+            response.read()
             return int(response.status)
     except urllib.error.HTTPError as err:
         return err.code
 
 
-def test_unset_opens_no_listener_and_releases_at_once(make: Any) -> None:
+def chat_status(port: int, token: str) -> int:
+    """What a one-message chat completion gets: 200 served, 503 no engine yet."""
+    body = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    return status(f"http://127.0.0.1:{port}/v1/chat/completions", token, body)
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return False
+    return True
+
+
+def test_unset_opens_no_listener_and_releases_at_once(make: Any, engine: Engine) -> None:
     validation, factory = make("")
     order: list[str] = []
     validation.add_release_hook(lambda: order.append("publish"))
-    assert validation.attach(Card(), object()) is None
+    assert validation.attach(tiny_card(), engine) is None
     assert validation.wait_released(5)
     assert factory.calls == [] and order == ["publish"]
     assert validation.health_ready
 
 
-def test_release_runs_hooks_then_closes_the_endpoint(make: Any, tmp_path: Path) -> None:
+def test_release_runs_hooks_then_closes_the_endpoint(
+    make: Any, engine: Engine, tmp_path: Path
+) -> None:
+    # The gate proves the real endpoint serves the tiny model while the worker is held.
+    code = (
+        "import json, os, urllib.request\n"
+        f"assert os.environ['DYN_VALIDATION_MODEL'] == {SERVED!r}\n"
+        "req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/models', "
+        "headers={'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY']})\n"
+        "ids = [m['id'] for m in json.load(urllib.request.urlopen(req))['data']]\n"
+        f"assert ids == [{SERVED!r}], ids\n"
+    )
     validation, factory = make(
-        shorthand(py("import os; assert os.environ['DYN_VALIDATION_MODEL'] == 'standin'")),
-        DYN_WORKER_VALIDATION_REPORT=str(tmp_path / "report.json"),
+        shorthand(py(code)), DYN_WORKER_VALIDATION_REPORT=str(tmp_path / "report.json")
     )
     order: list[str] = []
     validation.add_release_hook(lambda: order.append("publish card"), name="publish")
     validation.add_release_hook(lambda: order.append("second"))
 
-    async def main() -> None:
-        validation.attach(Card(), engine=object())
+    async def main() -> int:
+        endpoint = validation.attach(tiny_card(), engine=engine)
+        assert endpoint is not None
         await asyncio.wait_for(validation.released(), 10)
         order.append("released() returned")
+        return endpoint.port
 
-    asyncio.run(main())
+    port = asyncio.run(main())
     assert order == ["publish card", "second", "released() returned"]
-    assert validation.wait_finished(5) is not None
-    assert factory.made[0].stopped and validation.endpoint is None
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["status"] == "released" and report["gates"][0]["outcome"] == "passed"
+    report = validation.wait_finished(5)
+    assert report is not None and report.gates[0].outcome == "passed", report.gates[0].log_tail
+    assert validation.endpoint is None and not listening(port)
+    assert factory.calls[0]["port"] == 0 and factory.calls[0]["enable_rl"] is False
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["status"] == "released" and saved["gates"][0]["outcome"] == "passed"
+    assert saved["base_url"] == f"http://127.0.0.1:{port}/v1"
     assert (tmp_path / "report.xml").exists()
 
 
-def test_failure_holds_and_keeps_the_endpoint_up(make: Any, tmp_path: Path) -> None:
+def test_failure_holds_and_keeps_the_endpoint_up(make: Any, engine: Engine, tmp_path: Path) -> None:
     report_path = tmp_path / "r" / "report.json"
     validation, factory = make(
         gates_json(
@@ -123,36 +177,53 @@ def test_failure_holds_and_keeps_the_endpoint_up(make: Any, tmp_path: Path) -> N
     )
     published: list[str] = []
     validation.add_release_hook(lambda: published.append("card"))
-    endpoint = validation.attach(Card(), object())
+    endpoint = validation.attach(tiny_card(), engine)
     report = validation.wait_finished(10)
     assert report is not None and report.status == "held"
     assert not validation.is_released and published == []
     assert "broken-template" in report.reason and "exit status 4" in report.reason
-    assert not factory.made[0].stopped
+    # Still up for debugging: it answers, and still serves the model through the engine.
     token = factory.calls[0]["api_key"]
+    assert validation.endpoint is endpoint is factory.made[0]
     assert status(f"http://127.0.0.1:{endpoint.port}/v1/models", token) == 200
+    assert chat_status(endpoint.port, token) == 200
     saved = json.loads(report_path.read_text())
     gate = saved["gates"][0]
     assert (gate["name"], gate["outcome"], gate["exit_code"]) == ("broken-template", "failed", 4)
     assert gate["log_tail"] == "bad template\n" and gate["reason"] == "exit status 4"
 
 
-def test_no_gates_and_503_before_the_engine_registers(make: Any, tmp_path: Path) -> None:
+def test_no_gates_and_503_before_the_engine_registers(
+    make: Any, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registries: list[EngineRegistry] = []
+
+    class SeenRegistry(EngineRegistry):
+        """The real registry, kept where the test can reach the one the endpoint reads."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            registries.append(self)
+
+    monkeypatch.setattr(shakedown.endpoint, "EngineRegistry", SeenRegistry)
     marker = tmp_path / "ran"
     validation, factory = make(shorthand(py(f"open({str(marker)!r}, 'w').write('x')")))
-    endpoint = validation.attach(Card())
+    endpoint = validation.attach(tiny_card())
     token = factory.calls[0]["api_key"]
-    assert status(f"http://127.0.0.1:{endpoint.port}/v1/models", token) == 503
+    assert chat_status(endpoint.port, token) == 503
     # Another registration (a LoRA, an admin handler) is not the trigger.
-    factory.made[0].registry.register("lora-adapter", object())
+    [registry] = registries
+    registry.register("dynamo.lora.generate", engine)
     assert validation.wait_finished(0.3) is None
     assert not marker.exists() and validation.state == "waiting"
-    validation.register_engine(object())
+    assert chat_status(endpoint.port, token) == 503
+    validation.register_engine(engine)
+    assert chat_status(endpoint.port, token) == 200
     assert validation.wait_released(10)
     assert marker.exists()
 
 
-def test_the_token_is_required(make: Any) -> None:
+def test_the_token_is_required(make: Any, engine: Engine) -> None:
     # The gate itself proves the endpoint refuses a request without its bearer token.
     code = (
         "import os, urllib.request, urllib.error\n"
@@ -166,61 +237,64 @@ def test_the_token_is_required(make: Any) -> None:
         "assert urllib.request.urlopen(req).status == 200\n"
     )
     validation, factory = make(gates_json({"name": "token", "exec": py(code)}))
-    validation.attach(Card(), object())
+    validation.attach(tiny_card(), engine)
     report = validation.wait_finished(10)
-    assert report is not None and report.status == "released", report
+    assert report is not None and report.status == "released", report.gates[0].log_tail
     other, other_factory = make("exec:true")
     validation.close()
-    other.attach(Card(), object())
+    other.attach(tiny_card(), engine)
     assert other.wait_released(10)
     assert len(factory.calls[0]["api_key"]) >= 32
     assert other_factory.calls[0]["api_key"] != factory.calls[0]["api_key"]
 
 
-def test_one_endpoint_per_process(make: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_one_endpoint_per_process(
+    make: Any, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
     first, first_factory = make(shorthand(py("import time; time.sleep(0.3)")))
     second, second_factory = make("exec:true")
-    assert first.attach(Card(), object()) is not None
+    assert first.attach(tiny_card(), engine) is not None
     with caplog.at_level(logging.WARNING, logger="shakedown.validation"):
-        assert first.attach(Card("lora-adapter"), object()) is None
-        assert second.attach(Card("other"), object()) is None
-    assert len(first_factory.made) == 1 and second_factory.made == []
+        assert first.attach(tiny_card("lora-adapter", lora="adapter"), engine) is None
+        assert second.attach(tiny_card("other"), engine) is None
+    assert len(first_factory.made) == 1 and second_factory.calls == []
     assert "'lora-adapter' gets no local endpoint" in caplog.text
     assert "'other' gets no local endpoint: another validation already claimed" in caplog.text
     assert first.wait_released(10)
     assert second.state == "unattached" and not second.is_released
-    assert (
-        second.reason
-        == "no local endpoint for 'other': the process's one endpoint serves 'standin'"
+    assert second.reason == (
+        f"no local endpoint for 'other': the process's one endpoint serves {SERVED!r}"
     )
 
 
 def test_engine_never_registers_within_the_deadline(make: Any) -> None:
     validation, _ = make("exec:true", DYN_WORKER_VALIDATION_TIMEOUT_S="0.3")
-    validation.attach(Card())
+    validation.attach(tiny_card())
     report = validation.wait_finished(5)
     assert report is not None and report.status == "held"
     assert "did not register within the overall deadline" in report.reason
 
 
-def test_failing_release_hook_holds(make: Any) -> None:
+def test_failing_release_hook_holds(make: Any, engine: Engine) -> None:
     validation, factory = make("exec:true")
 
     def publish() -> None:
         raise RuntimeError("discovery is down")
 
     validation.add_release_hook(publish, name="publish")
-    validation.attach(Card(), object())
+    endpoint = validation.attach(tiny_card(), engine)
     report = validation.wait_finished(10)
     assert report is not None and report.status == "held"
     assert "release hook 'publish' failed" in report.reason
-    assert not factory.made[0].stopped
+    assert chat_status(endpoint.port, factory.calls[0]["api_key"]) == 200
 
 
-def test_close_from_the_loop_does_not_hang_on_a_pending_async_hook(make: Any) -> None:
+def test_close_from_the_loop_does_not_hang_on_a_pending_async_hook(
+    make: Any, engine: Engine
+) -> None:
     validation, _ = make("exec:true")
 
-    async def main() -> None:
+    async def main() -> int:
         started = asyncio.Event()
 
         async def publish() -> None:
@@ -228,17 +302,19 @@ def test_close_from_the_loop_does_not_hang_on_a_pending_async_hook(make: Any) ->
             await asyncio.sleep(60)
 
         validation.add_release_hook(publish, name="publish")
-        validation.attach(Card(), object())
+        endpoint = validation.attach(tiny_card(), engine)
         await asyncio.wait_for(started.wait(), 10)
         validation.close()  # blocks this loop while joining the validation thread
+        return endpoint.port
 
-    asyncio.run(asyncio.wait_for(main(), 10))
+    port = asyncio.run(asyncio.wait_for(main(), 10))
     report = validation.report
     assert report is not None and report.status == "held"
     assert "release hook 'publish' failed" in report.reason
+    assert not listening(port)
 
 
-def test_async_hook_runs_on_the_loop_it_was_added_from(make: Any) -> None:
+def test_async_hook_runs_on_the_loop_it_was_added_from(make: Any, engine: Engine) -> None:
     validation, _ = make("exec:true")
     seen: list[object] = []
 
@@ -247,7 +323,7 @@ def test_async_hook_runs_on_the_loop_it_was_added_from(make: Any) -> None:
             seen.append(asyncio.get_running_loop())
 
         validation.add_release_hook(publish)
-        validation.attach(Card(), object())
+        validation.attach(tiny_card(), engine)
         await asyncio.wait_for(validation.released(), 10)
         seen.append(asyncio.get_running_loop())
 
@@ -255,39 +331,51 @@ def test_async_hook_runs_on_the_loop_it_was_added_from(make: Any) -> None:
     assert len(seen) == 2 and seen[0] is seen[1]
 
 
-def test_gates_are_told_the_parsers(make: Any, tmp_path: Path) -> None:
+def test_gates_are_told_the_parsers(make: Any, engine: Engine, tmp_path: Path) -> None:
     out = tmp_path / "env"
-    code = f"import os; open({str(out)!r}, 'w').write(os.environ.get('DYN_VALIDATION_REASONING_PARSER', '-'))"
+    code = (
+        "import os\n"
+        "names = [os.environ.get(k, '-') for k in "
+        "('DYN_VALIDATION_REASONING_PARSER', 'DYN_VALIDATION_TOOL_CALL_PARSER')]\n"
+        f"open({str(out)!r}, 'w').write(' '.join(names))\n"
+    )
     validation, _ = make(shorthand(py(code)))
-    validation.attach(Card(reasoning_parser="deepseek_r1"), object())
+    validation.attach(tiny_card(), engine)
     assert validation.wait_released(10)
-    assert out.read_text() == "deepseek_r1"
+    assert out.read_text() == "deepseek_r1 hermes"
 
 
-def test_default_check_runner_gate_end_to_end(make: Any) -> None:
+def test_default_check_runner_gate_end_to_end(make: Any, engine: Engine) -> None:
     [gate] = default_gates()
     assert isinstance(gate, ExecGate)
     validation, _ = make(shorthand(list(gate.argv)))
-    validation.attach(Card(), object())
+    validation.attach(tiny_card(), engine)
     report = validation.wait_finished(20)
     assert report is not None and report.status == "released", report.gates[0].log_tail
-    assert "OK: of 9 checks 7 passed, 0 failed, 2 skipped" in report.gates[0].log_tail
+    log_tail = report.gates[0].log_tail
+    # The gate is told the card's parsers, so the reasoning and tool-call checks run too.
+    assert "OK: of 9 checks 9 passed, 0 failed, 0 skipped" in log_tail, log_tail
+    assert "reasoning      ok" in log_tail and "tool-call      ok" in log_tail
 
 
-def test_a_card_that_may_not_have_an_endpoint_stays_held(tmp_path: Path) -> None:
-    def refuse(card: Any, *, port: int, api_key: str, enable_rl: bool) -> None:
-        return None  # what the real factory does for a LoRA or a prefill-only worker
-
+def test_a_card_that_may_not_have_an_endpoint_stays_held(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
     config = ValidationConfig.from_env({"DYN_WORKER_VALIDATION_GATES": "exec:true"})
-    validation = WorkerValidation(config, endpoint_factory=refuse)
+    refused = Factory()
+    validation = WorkerValidation(config, endpoint_factory=refused)
     try:
-        assert validation.attach(Card("prefill"), object()) is None
+        with caplog.at_level(logging.WARNING, logger="shakedown.validation"):
+            card = tiny_card("prefill", worker_type="prefill")
+            assert validation.attach(card, engine) is None
+        assert "no local endpoint for 'prefill': it is a prefill-only worker" in caplog.text
+        assert len(refused.calls) == 1 and refused.made == []
         assert not validation.wait_released(0.2)
         assert validation.reason == "'prefill' may not have a local endpoint, so no gate can run"
         # The claim was not taken: an eligible card in another validation still gets one.
         other = WorkerValidation(config, endpoint_factory=Factory())
         try:
-            assert other.attach(Card(), object()) is not None
+            assert other.attach(tiny_card(), engine) is not None
         finally:
             other.close()
     finally:
