@@ -1,4 +1,6 @@
-"""/live and /health, as plain handlers and over the granian-hosted standalone server."""
+"""/live and /health, as plain handlers and over the granian-hosted standalone server, for a
+validation of the production loopback endpoint serving the packaged tiny model through the
+mocker engine."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ import json
 import urllib.error
 import urllib.request
 
-from openai_standin import StandInEndpoint
+import pytest
+
+from shakedown.endpoint import Engine
 from shakedown.validation import (
     HealthServer,
     ValidationConfig,
@@ -14,19 +18,17 @@ from shakedown.validation import (
     health_response,
     live_response,
 )
+from validation_helpers import Factory, tiny_card, tiny_engine
 
 
-class Card:
-    served_name = "standin"
-
-
-def factory(card: object, *, port: int, api_key: str, enable_rl: bool) -> StandInEndpoint:
-    return StandInEndpoint("standin", port=port, api_key=api_key)
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return tiny_engine()
 
 
 def validation(gates: str, hold: str) -> WorkerValidation:
     env = {"DYN_WORKER_VALIDATION_GATES": gates, "DYN_WORKER_VALIDATION_HOLD": hold}
-    return WorkerValidation(ValidationConfig.from_env(env), endpoint_factory=factory)
+    return WorkerValidation(ValidationConfig.from_env(env), endpoint_factory=Factory())
 
 
 def get(url: str) -> tuple[int, dict[str, str]]:
@@ -41,7 +43,7 @@ def test_live_is_always_200() -> None:
     assert live_response()[0] == 200
 
 
-def test_hold_health_503_with_reason_until_release() -> None:
+def test_hold_health_503_with_reason_until_release(engine: Engine) -> None:
     v = validation("exec:true", "health")
     try:
         server = HealthServer(v)
@@ -54,10 +56,10 @@ def test_hold_health_503_with_reason_until_release() -> None:
                 code == 503 and body["status"] == "not_ready" and body["validation"] == "unattached"
             )
             assert body["message"] == "waiting for the worker to attach its model"
-            v.attach(Card())
+            v.attach(tiny_card())
             code, body = get(base + "/health")
             assert (code, body["message"]) == (503, "waiting for the engine to register")
-            v.register_engine(object())
+            v.register_engine(engine)
             assert v.wait_finished(10) is not None
             code, body = get(base + "/health")
             assert (code, body["status"], body["validation"]) == (200, "ready", "released")
@@ -68,10 +70,10 @@ def test_hold_health_503_with_reason_until_release() -> None:
         v.close()
 
 
-def test_hold_health_failed_gate_stays_503_with_the_reason() -> None:
+def test_hold_health_failed_gate_stays_503_with_the_reason(engine: Engine) -> None:
     v = validation("exec:false", "health")
     try:
-        v.attach(Card(), object())
+        v.attach(tiny_card(), engine)
         assert v.wait_finished(10) is not None
         code, body = health_response(v)
         payload = json.loads(body)
@@ -81,10 +83,10 @@ def test_hold_health_failed_gate_stays_503_with_the_reason() -> None:
         v.close()
 
 
-def test_hold_card_health_is_200_while_held() -> None:
+def test_hold_card_health_is_200_while_held(engine: Engine) -> None:
     v = validation("exec:false", "card")
     try:
-        v.attach(Card(), object())
+        v.attach(tiny_card(), engine)
         assert v.wait_finished(10) is not None
         code, body = health_response(v)
         assert code == 200

@@ -7,9 +7,6 @@ import asyncio
 import json
 import logging
 import shlex
-import socket
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,48 +14,23 @@ from typing import Any
 import pytest
 
 import shakedown.endpoint
-from shakedown._core import Pipeline
-from shakedown.cli import TINY_MODEL, TINY_PARSERS, make_mocker
-from shakedown.endpoint import Engine, EngineRegistry, ModelCard
+from shakedown.endpoint import Engine, EngineRegistry
 from shakedown.validation import ExecGate, ValidationConfig, WorkerValidation, default_gates
-from shakedown.validation.lifecycle import LocalEndpoint, loopback_endpoint
-from validation_helpers import py
-
-SERVED = "tiny-under-test"
-
-
-def tiny_card(served_name: str = SERVED, **fields: Any) -> ModelCard:
-    reasoning_parser, tool_call_parser = TINY_PARSERS
-    return ModelCard(
-        str(TINY_MODEL),
-        served_name=served_name,
-        reasoning_parser=reasoning_parser,
-        tool_call_parser=tool_call_parser,
-        **fields,
-    )
+from validation_helpers import (
+    SERVED,
+    Factory,
+    chat_status,
+    listening,
+    py,
+    status,
+    tiny_card,
+    tiny_engine,
+)
 
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    generate: Engine = make_mocker(Pipeline(str(TINY_MODEL)), TINY_MODEL).generate
-    return generate
-
-
-class Factory:
-    """The production endpoint factory, recording what it was asked for and what it built."""
-
-    def __init__(self) -> None:
-        self.made: list[LocalEndpoint] = []
-        self.calls: list[dict[str, Any]] = []
-
-    def __call__(
-        self, card: Any, *, port: int, api_key: str, enable_rl: bool
-    ) -> LocalEndpoint | None:
-        self.calls.append({"port": port, "api_key": api_key, "enable_rl": enable_rl})
-        endpoint = loopback_endpoint(card, port=port, api_key=api_key, enable_rl=enable_rl)
-        if endpoint is not None:
-            self.made.append(endpoint)
-        return endpoint
+    return tiny_engine()
 
 
 def shorthand(argv: list[str]) -> str:
@@ -85,35 +57,6 @@ def make(tmp_path: Path) -> Iterator[Any]:
     yield build
     for validation in made:
         validation.close()
-
-
-def status(url: str, token: str | None = None, body: dict[str, Any] | None = None) -> int:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            response.read()
-            return int(response.status)
-    except urllib.error.HTTPError as err:
-        return err.code
-
-
-def chat_status(port: int, token: str) -> int:
-    """What a one-message chat completion gets: 200 served, 503 no engine yet."""
-    body = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
-    return status(f"http://127.0.0.1:{port}/v1/chat/completions", token, body)
-
-
-def listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except ConnectionRefusedError:
-        return False
-    return True
 
 
 def test_unset_opens_no_listener_and_releases_at_once(make: Any, engine: Engine) -> None:

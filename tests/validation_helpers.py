@@ -1,4 +1,5 @@
-"""Real local sidecars and process checks shared by the validation tests."""
+"""Shared by the validation tests: the tiny model served by the production loopback endpoint
+through the mocker engine, real local sidecars, and process checks."""
 
 from __future__ import annotations
 
@@ -7,9 +8,81 @@ import socket
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from shakedown._core import Pipeline
+from shakedown.cli import TINY_MODEL, TINY_PARSERS, make_mocker
+from shakedown.endpoint import Engine, ModelCard
+from shakedown.validation.lifecycle import LocalEndpoint, loopback_endpoint
+
+SERVED = "tiny-under-test"
+
+
+def tiny_card(served_name: str = SERVED, **fields: Any) -> ModelCard:
+    reasoning_parser, tool_call_parser = TINY_PARSERS
+    return ModelCard(
+        str(TINY_MODEL),
+        served_name=served_name,
+        reasoning_parser=reasoning_parser,
+        tool_call_parser=tool_call_parser,
+        **fields,
+    )
+
+
+def tiny_engine() -> Engine:
+    """The real mocker engine over the packaged tiny model."""
+    generate: Engine = make_mocker(Pipeline(str(TINY_MODEL)), TINY_MODEL).generate
+    return generate
+
+
+class Factory:
+    """The production endpoint factory, recording what it was asked for and what it built."""
+
+    def __init__(self) -> None:
+        self.made: list[LocalEndpoint] = []
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(
+        self, card: Any, *, port: int, api_key: str, enable_rl: bool
+    ) -> LocalEndpoint | None:
+        self.calls.append({"port": port, "api_key": api_key, "enable_rl": enable_rl})
+        endpoint = loopback_endpoint(card, port=port, api_key=api_key, enable_rl=enable_rl)
+        if endpoint is not None:
+            self.made.append(endpoint)
+        return endpoint
+
+
+def status(url: str, token: str | None = None, body: dict[str, Any] | None = None) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            response.read()
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def chat_status(port: int, token: str, model: str = SERVED) -> int:
+    """What a one-message chat completion gets: 200 served, 503 no engine yet."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    return status(f"http://127.0.0.1:{port}/v1/chat/completions", token, body)
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return False
+    return True
 
 
 def py(code: str) -> list[str]:
