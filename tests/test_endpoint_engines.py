@@ -245,3 +245,97 @@ def test_unserializable_frame_is_an_engine_error(
 
     registry.register(NAME, generate)
     assert client.post("/v1/chat/completions", json=CHAT).status_code == 500
+
+
+INTERNAL = b'{"message":"Internal server error","type":"Internal Server Error","code":500}'
+STREAM_INTERNAL = [
+    b'data: {"error":{"message":"Internal server error","type":"internal_server_error","code":500}}',
+    b"data: [DONE]",
+]
+
+
+def frames_then(last: dict[str, Any]) -> Any:
+    """An engine that sends two tokens, then `last`."""
+
+    async def generate(
+        request: dict[str, Any], context: RequestContext
+    ) -> AsyncIterator[dict[str, Any]]:
+        yield {"token_ids": [300]}
+        yield {"token_ids": [301]}
+        yield last
+
+    return generate
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        pytest.param({"event": "error", "comment": ["engine out of memory"]}, id="error-event"),
+        pytest.param({"token_ids": [], "finish_reason": {"error": "oom"}}, id="finish-error"),
+        pytest.param({"token_ids": "not ids"}, id="malformed"),
+        pytest.param({"token_ids": [], "finish_reason": "maybe"}, id="unknown-finish"),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_failing_frame_gets_the_reference_error_and_is_logged(
+    client: httpx.Client,
+    registry: EngineRegistry,
+    caplog: pytest.LogCaptureFixture,
+    engine_loop: asyncio.AbstractEventLoop | None,
+    last: dict[str, Any],
+    stream: bool,
+) -> None:
+    registry.register(NAME, frames_then(last), loop=engine_loop)
+    r = client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+    if stream:
+        assert r.status_code == 200
+        assert sse_events(r.content)[-2:] == STREAM_INTERNAL
+    else:
+        # Before: the right status with an empty body.
+        assert (r.status_code, r.content) == (500, INTERNAL)
+        assert r.headers["content-type"] == "application/json"
+    [record] = [r for r in caplog.records if r.name == "shakedown.endpoint"]
+    assert record.levelname == "WARNING"
+    assert orjson.dumps(last).decode() in record.getMessage()
+
+
+def test_an_engine_error_frame_with_a_4xx_reaches_a_unary_client(
+    client: httpx.Client, registry: EngineRegistry
+) -> None:
+    refused = {"message": "max_tokens is required", "code": 400}
+    registry.register(
+        NAME, frames_then({"event": "error", "comment": [orjson.dumps(refused).decode()]})
+    )
+    r = client.post("/v1/chat/completions", json=CHAT)
+    assert (r.status_code, r.content) == (400, error_body(400, "max_tokens is required"))
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_engine_raising_keyboard_interrupt_or_system_exit_fails_only_its_request(
+    client: httpx.Client,
+    registry: EngineRegistry,
+    caplog: pytest.LogCaptureFixture,
+    engine_loop: asyncio.AbstractEventLoop | None,
+    raised: type[BaseException],
+    stream: bool,
+) -> None:
+    async def generate(
+        request: dict[str, Any], context: RequestContext
+    ) -> AsyncIterator[dict[str, Any]]:
+        yield {"token_ids": [300]}
+        raise raised()
+
+    registry.register(NAME, generate, loop=engine_loop)
+    r = client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+    if stream:
+        assert r.status_code == 200
+        assert sse_events(r.content)[-2:] == STREAM_INTERNAL
+    else:
+        assert (r.status_code, r.content) == (500, INTERNAL)
+    assert f"the engine raised {raised.__name__}" in caplog.text
+    # Neither the endpoint's loop nor the worker's was stopped: both still serve.
+    registry.register(NAME, counting_engine(), loop=engine_loop)
+    assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+    if engine_loop is not None:
+        assert engine_loop.is_running()

@@ -3,6 +3,9 @@ timeout, bad requests, the bearer token."""
 
 from __future__ import annotations
 
+import logging
+import socket
+
 import httpx
 import orjson
 import pytest
@@ -11,6 +14,8 @@ from endpoint_support import (
     CHAT,
     NAME,
     counting_engine,
+    post_request,
+    wait_until,
 )
 from shakedown._core import Pipeline, error_body
 from shakedown.endpoint import (
@@ -131,3 +136,39 @@ def test_api_key_is_required_when_set(pipeline: Pipeline, registry: EngineRegist
         good = {"authorization": "Bearer s3cret"}
         assert httpx.post(base + "/v1/chat/completions", json=CHAT, headers=good).status_code == 200
         assert httpx.get(base + "/nope", headers=good).status_code == 404
+
+
+def test_the_body_must_arrive_within_the_body_timeout(
+    pipeline: Pipeline, registry: EngineRegistry
+) -> None:
+    registry.register(NAME, counting_engine())
+    app = EndpointApp(pipeline, registry, NAME, body_read_timeout=0.2)
+    with LoopbackServer(app) as srv, socket.create_connection(("127.0.0.1", srv.port)) as conn:
+        body = orjson.dumps(CHAT)
+        conn.sendall(post_request(body)[: -len(body) // 2])  # half the body, then nothing
+        conn.settimeout(5)
+        response = b""
+        while chunk := conn.recv(65536):  # the server answers, then closes
+            response += chunk
+    head, _, content = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408")
+    assert b"connection: close" in head.lower()
+    assert content == error_body(408, "Request body not received within 0.2 s")
+
+
+def test_a_client_leaving_mid_upload_is_one_log_line(
+    server: LoopbackServer, registry: EngineRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry.register(NAME, counting_engine())
+    body = orjson.dumps(CHAT)
+    with caplog.at_level(logging.INFO, logger="shakedown"):
+        with socket.create_connection(("127.0.0.1", server.port)) as conn:
+            conn.sendall(post_request(body)[: -len(body) // 2])
+        wait_until(lambda: caplog.records, what="the abort is logged")
+        assert httpx.get(f"http://127.0.0.1:{server.port}/live").status_code == 200
+    [record] = caplog.records
+    assert record.levelno == logging.INFO
+    assert record.getMessage() == (
+        "the client left while sending the body of POST /v1/chat/completions"
+    )
+    assert record.exc_info is None and "Traceback" not in caplog.text
