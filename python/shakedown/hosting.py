@@ -39,11 +39,19 @@ from granian.server.embed import Server
 
 log = logging.getLogger("shakedown.hosting")
 
-BACKLOG = 128
+BACKLOG = 512
+"""Room for a burst of connections: past the backlog, Linux drops a SYN and the client waits
+a second to retry."""
 HEADER_READ_TIMEOUT_S = 10.0
 """A request head must arrive whole within this; an idle keep-alive connection is closed after it."""
 MAX_CONNECTIONS = 1024
-GUARD_INTERVAL_S = 0.25
+MAX_HEAD_BYTES = 64 * 1024
+"""hyper's read buffer (default ~400 KiB): bounds what a connection that never finishes its
+request head can make the server hold."""
+GUARD_INTERVAL_S = 1.0
+GUARD_QUEUED_INTERVAL_S = 0.25
+"""The guard looks at the accept queue every second, and four times a second while clients
+wait there (each look wakes the loop: ~0.1 ms of CPU)."""
 MIN_IDLE_S = 0.25
 """A connection that received data more recently may be between its request head and its
 handler, so the guard leaves it alone."""
@@ -67,8 +75,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def connection_limit() -> int:
     """How many connections a server serves at once: `MAX_CONNECTIONS`, or a quarter of the
-    process's open-file limit when that is lower (the worker needs its files too), and never
-    fewer than twice the backlog."""
+    process's open-file limit when that is lower (the worker needs its files too)."""
     try:
         import resource
     except ImportError:  # Windows
@@ -76,7 +83,7 @@ def connection_limit() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return MAX_CONNECTIONS
-    return max(2 * BACKLOG, min(MAX_CONNECTIONS, soft // 4))
+    return max(64, min(MAX_CONNECTIONS, soft // 4))
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -100,7 +107,9 @@ class _PreBoundServer(Server):
             backlog=BACKLOG,
             # granian accepts a connection only while it serves fewer than this many.
             backpressure=limit,
-            http1_settings=HTTP1Settings(header_read_timeout=int(header_read_timeout * 1000)),
+            http1_settings=HTTP1Settings(
+                header_read_timeout=int(header_read_timeout * 1000), max_buffer_size=MAX_HEAD_BYTES
+            ),
             log_enabled=False,
         )
 
@@ -182,9 +191,10 @@ class _ConnectionGuard:
     other client waiting until then, and reconnecting would keep them waiting for good. Every
     `GUARD_INTERVAL_S` the guard reads the listener's accept queue; when clients wait there
     and the limit is held, it shuts down the connections not serving a request, longest idle
-    first, until a quarter of the limit is free. It finds them among the process's file
-    descriptors (by the inodes `/proc/self/net/tcp` lists for the port) and shuts them down
-    through duplicates, so hyper sees an end of stream and frees the slot.
+    first, enough to admit everyone queued and leave a quarter of the limit free. It finds
+    them among the process's file descriptors (by the inodes `/proc/self/net/tcp` lists for
+    the port) and shuts them down through duplicates, so hyper sees an end of stream and frees
+    the slot.
     """
 
     def __init__(self, listener: socket.socket, limit: int, tracker: _BusyTracker) -> None:
@@ -211,21 +221,24 @@ class _ConnectionGuard:
 
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
-            if _tcp_info_u32(self._listener, _TCPI_UNACKED):
-                self.shed()
+            queued = _tcp_info_u32(self._listener, _TCPI_UNACKED)
+            if queued:
+                self.shed(queued)
         except Exception:
             log.exception("the connection guard on port %d failed; it stops", self._port)
             self.close()
             return
-        self._timer = loop.call_later(GUARD_INTERVAL_S, self._tick, loop)
+        delay = GUARD_QUEUED_INTERVAL_S if queued else GUARD_INTERVAL_S
+        self._timer = loop.call_later(delay, self._tick, loop)
 
-    def shed(self) -> int:
-        """Shut down idle connections if the limit is held; returns how many."""
+    def shed(self, queued: int) -> int:
+        """With the limit held, shut down enough idle connections to admit the `queued`
+        clients and leave a quarter of the limit free; returns how many."""
         held = self._held_connections()
         try:
-            excess = len(held) - self._limit * 3 // 4
-            if len(held) < self._limit or excess <= 0:
+            if len(held) < self._limit:
                 return 0
+            excess = len(held) - self._limit + max(queued, self._limit // 4)
             busy = {_address(client) for client in self._tracker.busy}
             idle = [
                 (idle_ms, sock)
