@@ -312,6 +312,16 @@ def test_the_request_head_must_arrive_within_the_header_timeout(
         assert hosted.stop()
 
 
+def test_a_request_head_over_64_kib_is_refused(server: LoopbackServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port)) as conn:
+        conn.sendall(b"GET /live HTTP/1.1\r\nhost: x\r\nx-padding: ")
+        # hyper buffered up to ~400 KiB of an unfinished head.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.sendall(b"a" * (hosting.MAX_HEAD_BYTES + 16 * 1024))
+        conn.settimeout(5)
+        assert conn.recv(64).startswith(b"HTTP/1.1 431 Request Header Fields Too Large")
+
+
 EXIT_WITH_SERVER_UP = """
 from shakedown.endpoint import EngineRegistry, ModelCard, attach
 from shakedown.validation import HealthServer, WorkerValidation
