@@ -26,6 +26,22 @@ from shakedown.endpoint import (
     RequestContext,
 )
 
+INTERNAL = b'{"message":"Internal server error","type":"Internal Server Error","code":500}'
+STREAM_INTERNAL = [
+    b'data: {"error":{"message":"Internal server error","type":"internal_server_error","code":500}}',
+    b"data: [DONE]",
+]
+
+
+def assert_internal_error(r: httpx.Response, stream: bool) -> None:
+    """The reference's generic 500: in the stream (a 200, an error event, [DONE]) or the body."""
+    if stream:
+        assert r.status_code == 200
+        assert sse_events(r.content)[-2:] == STREAM_INTERNAL
+    else:
+        assert (r.status_code, r.content) == (500, INTERNAL)
+        assert r.headers["content-type"] == "application/json"
+
 
 def test_503_until_registered_and_after_unregister(
     client: httpx.Client, registry: EngineRegistry
@@ -124,46 +140,32 @@ def failing_engine(after: int) -> Any:
 
 
 @pytest.mark.parametrize("after", [0, 3])
-def test_engine_exception_unary_is_500(
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_engine_exception_is_the_references_error(
     client: httpx.Client,
     registry: EngineRegistry,
     after: int,
+    stream: bool,
     engine_loop: asyncio.AbstractEventLoop | None,
 ) -> None:
     registry.register(NAME, failing_engine(after), loop=engine_loop)
-    r = client.post("/v1/chat/completions", json=CHAT)
-    assert r.status_code == 500
-    # Failing before any output, Dynamo 1.6.1 adds the backend status (tests/parity proves it).
-    details = b',"details":{"backend_status":500}' if after == 0 else b""
-    assert r.content == (
-        b'{"message":"Internal server error","type":"Internal Server Error","code":500'
-        + details
-        + b"}"
-    )
+    r = client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+    if stream:
+        assert r.status_code == 200
+        assert r.headers["content-type"] == "text/event-stream"
+        events = sse_events(r.content)
+        assert events[-2:] == STREAM_INTERNAL
+        chunks = [data_of(e) for e in events[:-2]]
+        assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+        assert (len(chunks) > 0) == (after > 0)
+    else:
+        # Failing before any output, Dynamo 1.6.1 adds the backend status (tests/parity
+        # proves it).
+        details = b',"details":{"backend_status":500}' if after == 0 else b""
+        assert (r.status_code, r.content) == (500, INTERNAL[:-1] + details + b"}")
     # The host is unharmed: the next request works.
     registry.register(NAME, counting_engine())
     assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
-
-
-@pytest.mark.parametrize("after", [0, 3])
-def test_engine_exception_in_stream_is_an_error_event(
-    client: httpx.Client,
-    registry: EngineRegistry,
-    after: int,
-    engine_loop: asyncio.AbstractEventLoop | None,
-) -> None:
-    registry.register(NAME, failing_engine(after), loop=engine_loop)
-    r = client.post("/v1/chat/completions", json={**CHAT, "stream": True})
-    assert r.status_code == 200
-    assert r.headers["content-type"] == "text/event-stream"
-    events = sse_events(r.content)
-    assert events[-2:] == [
-        b'data: {"error":{"message":"Internal server error","type":"internal_server_error","code":500}}',
-        b"data: [DONE]",
-    ]
-    chunks = [data_of(e) for e in events[:-2]]
-    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
-    assert (len(chunks) > 0) == (after > 0)
 
 
 class Refused(RuntimeError):
@@ -247,13 +249,6 @@ def test_unserializable_frame_is_an_engine_error(
     assert client.post("/v1/chat/completions", json=CHAT).status_code == 500
 
 
-INTERNAL = b'{"message":"Internal server error","type":"Internal Server Error","code":500}'
-STREAM_INTERNAL = [
-    b'data: {"error":{"message":"Internal server error","type":"internal_server_error","code":500}}',
-    b"data: [DONE]",
-]
-
-
 def frames_then(last: dict[str, Any]) -> Any:
     """An engine that sends two tokens, then `last`."""
 
@@ -287,13 +282,7 @@ def test_a_failing_frame_gets_the_reference_error_and_is_logged(
 ) -> None:
     registry.register(NAME, frames_then(last), loop=engine_loop)
     r = client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
-    if stream:
-        assert r.status_code == 200
-        assert sse_events(r.content)[-2:] == STREAM_INTERNAL
-    else:
-        # Before: the right status with an empty body.
-        assert (r.status_code, r.content) == (500, INTERNAL)
-        assert r.headers["content-type"] == "application/json"
+    assert_internal_error(r, stream)  # unary, before: the right status with an empty body
     [record] = [r for r in caplog.records if r.name == "shakedown.endpoint"]
     assert record.levelname == "WARNING"
     assert orjson.dumps(last).decode() in record.getMessage()
@@ -328,11 +317,7 @@ def test_an_engine_raising_keyboard_interrupt_or_system_exit_fails_only_its_requ
 
     registry.register(NAME, generate, loop=engine_loop)
     r = client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
-    if stream:
-        assert r.status_code == 200
-        assert sse_events(r.content)[-2:] == STREAM_INTERNAL
-    else:
-        assert (r.status_code, r.content) == (500, INTERNAL)
+    assert_internal_error(r, stream)
     assert f"the engine raised {raised.__name__}" in caplog.text
     # Neither the endpoint's loop nor the worker's was stopped: both still serve.
     registry.register(NAME, counting_engine(), loop=engine_loop)
