@@ -17,7 +17,7 @@ from typing import Any
 from shakedown._core import Pipeline
 from shakedown.cli import TINY_MODEL, TINY_PARSERS, make_mocker
 from shakedown.endpoint import Engine, ModelCard
-from shakedown.validation.lifecycle import LocalEndpoint, loopback_endpoint
+from shakedown.validation.lifecycle import ValidatedEndpoint, loopback_endpoint
 
 SERVED = "tiny-under-test"
 
@@ -43,14 +43,18 @@ class Factory:
     """The production endpoint factory, recording what it was asked for and what it built."""
 
     def __init__(self) -> None:
-        self.made: list[LocalEndpoint] = []
+        self.made: list[ValidatedEndpoint] = []
         self.calls: list[dict[str, Any]] = []
 
     def __call__(
-        self, card: Any, *, port: int, api_key: str, enable_rl: bool
-    ) -> LocalEndpoint | None:
-        self.calls.append({"port": port, "api_key": api_key, "enable_rl": enable_rl})
-        endpoint = loopback_endpoint(card, port=port, api_key=api_key, enable_rl=enable_rl)
+        self, card: Any, *, port: int, api_key: str, enable_rl: bool, pipeline: Any = None
+    ) -> ValidatedEndpoint | None:
+        self.calls.append(
+            {"port": port, "api_key": api_key, "enable_rl": enable_rl, "pipeline": pipeline}
+        )
+        endpoint = loopback_endpoint(
+            card, port=port, api_key=api_key, enable_rl=enable_rl, pipeline=pipeline
+        )
         if endpoint is not None:
             self.made.append(endpoint)
         return endpoint

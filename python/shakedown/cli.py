@@ -194,6 +194,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 card,
                 engine,
                 stop=stop,
+                pipeline=pipeline,
                 health_port=args.health_port,
                 health_host=args.health_host,
             )
