@@ -116,6 +116,8 @@ class Incoming:
     """A response whose status line and headers have arrived; the body is read through it."""
 
     def __init__(self, response: http.client.HTTPResponse) -> None:
+        if response.msg.defects:  # a header line without a colon, ...
+            raise HttpError(f"malformed response headers: {response.msg.defects}")
         self._response = response
         self.status = response.status
         self.headers: dict[str, str] = {}
@@ -126,6 +128,12 @@ class Incoming:
     @property
     def content_type(self) -> str:
         return self.headers.get("content-type", "")
+
+    @property
+    def framed(self) -> bool:
+        """Whether the body's end is marked (Content-Length or chunked), so that a response
+        cut short, even in its headers, can be told from a whole one."""
+        return self._response.length is not None or bool(self._response.chunked)
 
     def readline(self) -> bytes:
         """The next line with its ending; ``b""`` once the body is whole."""
@@ -204,11 +212,21 @@ def request(
     headers: Mapping[str, str] | None = None,
     cancel: threading.Event | None = None,
     max_body: int | None = None,
+    framed: bool = False,
 ) -> Response:
-    """One whole exchange: :func:`exchange`, with the body read to its end."""
+    """One whole exchange: :func:`exchange`, with the body read to its end.
+
+    ``framed``: refuse a response that ends only by closing the connection, the one kind a
+    server that dies mid-answer (even right after the status line) can make look whole.
+    """
     with exchange(
         method, url, timeout_s=timeout_s, body=body, headers=headers, cancel=cancel
     ) as incoming:
+        if framed and not incoming.framed:
+            raise IncompleteResponse(
+                "the response has neither Content-Length nor chunked framing, so it cannot "
+                "be told whole"
+            )
         data = incoming.read(max_body)
     return Response(incoming.status, incoming.headers, data)
 

@@ -421,6 +421,9 @@ def run_url_gate(
 ) -> GateResult:
     """POST ``{"base_url","model","api_key"}`` to the sidecar; a whole 200 answer passes.
 
+    Whole means framed (Content-Length or chunked) and received to its end: an answer that
+    ends only when the connection closes cannot be told from a sidecar dying mid-answer.
+
     The gate's deadline bounds the whole exchange, however slowly the sidecar answers. A
     refused connection means the sidecar is not up yet, so it is retried with backoff until the
     deadline; every other outcome is final.
@@ -461,6 +464,7 @@ def run_url_gate(
                 headers=headers,
                 cancel=cancel,
                 max_body=MAX_ANSWER_BYTES,
+                framed=True,
             )
         except ConnectionRefusedError:
             cancel.wait(min(backoff, max(0.0, clock.remaining())))

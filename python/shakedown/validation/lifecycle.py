@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from .config import LOCAL_PORT_VAR, Hold, ValidationConfig
-from .files import open_private_dir
 from .gates import KILL_GRACE_S, GateContext, run_gates
 from .report import GateResult, ValidationReport
 
@@ -419,13 +418,8 @@ class WorkerValidation:
 
     def _run_gates(self) -> None:
         assert self._endpoint is not None and self._model is not None
+        # An unusable log directory (a symlink, another user's) fails each exec gate.
         log_dir, temporary = self._gate_log_dir()
-        try:
-            if not temporary:
-                os.close(open_private_dir(log_dir))  # refused early: a symlink, another's
-        except OSError as exc:
-            self._finish(held_reason=f"the gate log directory is unusable: {exc}", gates=[])
-            return
         try:
             results = run_gates(
                 self.config.gates,
