@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
+import ssl
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -503,3 +506,28 @@ def test_stopping_ends_a_url_gate_stuck_on_a_silent_sidecar(
     assert not thread.is_alive()
     [[result]] = results
     assert (result.outcome, result.reason) == ("failed", "validation was stopped")
+
+
+def test_url_gate_over_https(
+    ctx: GateContext, run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts only this certificate
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    sidecar = Sidecar(tls=tls)
+    try:
+        url = sidecar.url.replace("127.0.0.1", "localhost")
+        [result] = run([UrlGate("tls", url, timeout_s=10)], ctx)
+    finally:
+        sidecar.stop()
+    assert (result.outcome, result.http_status) == ("passed", 200), result
+    assert sidecar.bodies[0]["api_key"] == "secret"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -123,7 +124,13 @@ def wait_for_file(path: Path, timeout_s: float = 5.0) -> str:
 class Sidecar:
     """A URL-gate sidecar: records each POSTed JSON body and answers ``status``."""
 
-    def __init__(self, status: int = 200, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        status: int = 200,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.status = status
         self.bodies: list[dict[str, Any]] = []
         sidecar = self
@@ -145,9 +152,11 @@ class Sidecar:
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
         self.server = Server((host, port), Handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = int(self.server.server_address[1])
         netloc = f"[{host}]" if ":" in host else host
-        self.url = f"http://{netloc}:{self.port}/validate"
+        self.url = f"{'https' if tls else 'http'}://{netloc}:{self.port}/validate"
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
