@@ -24,7 +24,7 @@ import orjson
 
 from shakedown import httpclient
 
-from .config import GATES_VAR, INJECTED_VARS, ExecGate, Gate, UrlGate
+from .config import GATES_VAR, ExecGate, Gate, UrlGate
 from .files import create_private_file, open_private_dir
 from .report import GateResult
 
@@ -98,11 +98,8 @@ def gate_environment(
             for name, value in environ.items()
             if name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES) or name in gate.pass_env
         }
-    # A gate that is itself a worker must not start validating a worker of its own, and no
-    # inherited value may stand in for what the worker injects.
+    # A gate that is itself a worker must not start validating a worker of its own.
     inherited.pop(GATES_VAR, None)
-    for name in INJECTED_VARS:
-        inherited.pop(name, None)
     return {**inherited, **gate.env, **ctx.injected_env()}
 
 
