@@ -32,7 +32,7 @@ CANCEL_POLL_S = 0.05
 
 
 class HttpError(ShakedownError, OSError):
-    """The exchange failed once connected: the answer was malformed, cut short or too large."""
+    """The exchange failed: the answer was malformed, cut short or too large, or cancelled."""
 
 
 class IncompleteResponse(HttpError):
