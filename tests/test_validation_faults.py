@@ -227,7 +227,8 @@ def test_no_outcome_but_a_pass_releases(
     assert saved["status"] == "held" and saved["reason"] == report.reason
     outcomes = {gate["name"]: gate["outcome"] for gate in saved["gates"]}
     assert list(outcomes) == [gate.name for gate in fault.gates]  # every configured gate
-    assert outcomes["ok"] == "passed"
+    if fault.meanwhile is None:  # a stop may also catch the passing gate before its answer
+        assert outcomes["ok"] == "passed"
     if fault.gate_fault:
         assert outcomes["fault"] == "failed"
         assert "'fault'" in report.reason and report.reason.startswith("gate(s) failed")
