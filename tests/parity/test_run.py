@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from shakedown.integrations.dynamo_run import EXIT_HELD
+from shakedown.integrations.dynamo_run import EXIT_CRASHED, EXIT_HELD
 
 from . import stack
 from .conftest import Dynamo
@@ -234,11 +234,17 @@ def test_failing_gate_keeps_the_model_unlisted(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("graceful", [False, True], ids=["no-handlers", "dynamo-handlers"])
 def test_signal_during_validation_ends_gates_and_worker(
-    dynamo: Dynamo, start: Callable[..., Worker], signum: int
+    dynamo: Dynamo, start: Callable[..., Worker], signum: int, graceful: bool
 ) -> None:
-    name = f"run-kill-{signal.Signals(signum).name.lower()}"
-    worker = start(name, child=True)
+    """With no handler of the worker's (the default action) and with Dynamo's own graceful
+    shutdown (asyncio signal handlers, installed after registering, as the stock backends do)."""
+    name = f"run-kill-{signal.Signals(signum).name.lower()}-{int(graceful)}"
+    if graceful:
+        worker = start(name, worker="tiny_worker.py", worker_args=("--graceful",), child=True)
+    else:
+        worker = start(name, child=True)
     gate = worker.gate()
     assert not _gone(gate["pid"]) and not _gone(gate["child"])
     assert worker.signal_and_wait(signum) == EXIT_HELD
@@ -343,3 +349,22 @@ def test_stock_backends_bind_the_held_registration(dynamo: Dynamo) -> None:
     }
     assert bound["dynamo.trtllm.workers.llm_worker"] == {"register_model": True}
     assert all(all(names.values()) for names in bound.values()), bound
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [("raise RuntimeError('worker bug')", EXIT_CRASHED), ("pass", EXIT_HELD)],
+    ids=["crash", "ends-unregistered"],
+)
+def test_exit_status_without_release(
+    dynamo: Dynamo, work_dir: Path, body: str, status: int
+) -> None:
+    script = work_dir / f"worker-{status}.py"
+    script.write_text(f"import dynamo.llm\n{body}\n")
+    env = {**dynamo.env, "DYN_WORKER_VALIDATION_GATES": "exec:true"}
+    argv = [*stack._serve_argv(sys.executable, dynamo.site), "run", "--", "python", str(script)]
+    proc = stack.spawn(f"exit-{status}", argv, env, work_dir / "logs")
+    try:
+        assert proc.popen.wait(DEADLINE_S) == status, proc.log_tail()
+    finally:
+        proc.stop()

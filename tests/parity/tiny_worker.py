@@ -3,10 +3,12 @@ shakedown's scripted mocker (reasoning, then a tool call) over the request plane
 with the stock `dynamo.llm.register_model`. test_run.py and benches/bench_run.py start it
 under `shakedown run`.
 
-usage: python tiny_worker.py MODEL_NAME [--several]   (the DYN_* env of stack.dynamo_env)
+usage: python tiny_worker.py MODEL_NAME [--several] [--graceful]
+       (the DYN_* env of stack.dynamo_env)
 
 --several registers, in this order: MODEL_NAME-embed (embedding only), MODEL_NAME,
 MODEL_NAME-b, and MODEL_NAME-gone, which it then unregisters; each on its own endpoint.
+--graceful installs Dynamo's own SIGTERM/SIGINT handling, as the stock backends do.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from dynamo.llm import (
     register_model,
     unregister_model,
 )
+from dynamo.common.utils.graceful_shutdown import install_signal_handlers
 from dynamo.runtime import DistributedRuntime
 
 from shakedown._core import Pipeline
 from shakedown.cli import TINY_MODEL, TINY_PARSERS, make_mocker
 
 
-async def main(name: str, several: bool) -> None:
-    runtime = DistributedRuntime(asyncio.get_running_loop(), "file", "tcp")
+async def main(name: str, several: bool, graceful: bool) -> None:
+    loop = asyncio.get_running_loop()
+    runtime = DistributedRuntime(loop, "file", "tcp")
     engine = make_mocker(Pipeline(TINY_MODEL), TINY_MODEL).generate
     config = ModelRuntimeConfig()
     config.reasoning_parser, config.tool_call_parser = TINY_PARSERS
@@ -48,8 +52,10 @@ async def main(name: str, several: bool) -> None:
         )  # fmt: skip
     if several:
         await unregister_model(endpoints.pop(f"{name}-gone"))
+    if graceful:
+        install_signal_handlers(loop, runtime, endpoints.values(), grace_period_s=0)
     await asyncio.gather(*(endpoint.serve_endpoint(engine) for endpoint in endpoints.values()))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], "--several" in sys.argv[2:]))
+    asyncio.run(main(sys.argv[1], "--several" in sys.argv[2:], "--graceful" in sys.argv[2:]))

@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
+import gc
 import json
 import logging
 import os
@@ -314,6 +316,9 @@ class RegistrationHold:
                 )
                 self.validation.add_release_hook(self._release, name="dynamo registration")
                 self.validation.attach(card, self._engine)
+            threading.Thread(
+                target=self._return_memory, name="shakedown-run-memory", daemon=True
+            ).start()
         except Exception:
             # The worker keeps running, held: its card stays unpublished (hold=card) or its
             # readiness not ready (hold=health); the report says why.
@@ -331,6 +336,15 @@ class RegistrationHold:
                 "shakedown run: released %.3fs after the registration call",
                 self.released_after_s,
             )
+
+    def _return_memory(self) -> None:
+        """Once released (the loopback closed), give the pipeline's memory back to the OS:
+        the worker runs for a long time after, and glibc keeps freed heap otherwise."""
+        self.validation.wait_finished()
+        if self.validation.is_released:
+            gc.collect()
+            with contextlib.suppress(OSError, AttributeError):  # not glibc
+                ctypes.CDLL(None).malloc_trim(0)
 
 
 class _SignalChain:
