@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from dynamo.common.utils.graceful_shutdown import install_signal_handlers
 from dynamo.llm import (
     ModelInput,
     ModelRuntimeConfig,
@@ -24,7 +25,6 @@ from dynamo.llm import (
     register_model,
     unregister_model,
 )
-from dynamo.common.utils.graceful_shutdown import install_signal_handlers
 from dynamo.runtime import DistributedRuntime
 
 from shakedown._core import Pipeline
