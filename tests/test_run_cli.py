@@ -97,3 +97,28 @@ def test_command_forms() -> None:
     assert WorkerCommand.parse(["/usr/bin/python3.11", "w.py", "-m"]) == (
         WorkerCommand(module=None, script="w.py", args=("-m",))
     )
+
+
+@pytest.mark.parametrize("suffix", [".jinja", ".json"])
+def test_custom_chat_template_replaces_the_model_dirs(tmp_path: Path, suffix: str) -> None:
+    """`register_model(..., custom_template_path=...)`: the loopback renders with it."""
+    from shakedown._core import Pipeline
+    from shakedown.cli import TINY_MODEL
+    from shakedown.integrations.dynamo_run import card_model_dir
+
+    text = "<<{% for m in messages %}{{ m['content'] }}{% endfor %}>>"
+    template = tmp_path / f"custom{suffix}"
+    template.write_text(json.dumps({"chat_template": text}) if suffix == ".json" else text)
+    body = json.dumps(
+        {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    ).encode()
+
+    def prompt_ids(model_dir: str) -> list[int]:
+        exchange = Pipeline(model_dir, served_name="tiny").chat(body, "r")
+        ids: list[int] = json.loads(exchange.engine_request)["token_ids"]
+        return ids
+
+    with card_model_dir(str(TINY_MODEL), str(template)) as view:
+        assert prompt_ids(view) == Pipeline(TINY_MODEL).tokenize("<<Hi>>")
+    assert not Path(view).exists()
+    assert prompt_ids(str(TINY_MODEL)) != Pipeline(TINY_MODEL).tokenize("<<Hi>>")

@@ -8,7 +8,8 @@ vLLM, SGLang, TensorRT-LLM, or a Python worker in this very process.
 `HeldRegistration` stands in for `register_model` / `register_llm` in a Dynamo Python
 worker: it records the registration and publishes it only when `release()` runs, which
 worker validation calls as a release hook, so the frontend never routes to a worker whose
-checks have not passed.
+checks have not passed. `shakedown run` (`shakedown.integrations.dynamo_run`) puts it in
+front of an unmodified worker's own `register_model` calls.
 
 `dynamo` is imported on first use, so importing this module needs only shakedown.
 With `shakedown serve --engine shakedown.integrations.dynamo:engine` the endpoint and the

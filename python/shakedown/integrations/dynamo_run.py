@@ -204,7 +204,7 @@ async def _released(request: Any, context: Any = None) -> Any:
 
 
 @contextlib.contextmanager
-def _card_dir(model_dir: str, template: str | None) -> Iterator[str]:
+def card_model_dir(model_dir: str, template: str | None) -> Iterator[str]:
     """`model_dir`, or with a custom chat template a temporary view of it whose
     `chat_template.jinja` (`.json`) is that template, as Dynamo's card would use it."""
     if template is None:
@@ -309,7 +309,7 @@ class RegistrationHold:
             self.on_claim()
         try:
             model_dir = await local_model_dir(registration.model_path)
-            with _card_dir(model_dir, registration.custom_template_path) as card_dir:
+            with card_model_dir(model_dir, registration.custom_template_path) as card_dir:
                 card = registration.card(model_dir=card_dir, served_name=name)
                 self._engine = DynamoEngine(
                     dynamo_endpoint=registration.endpoint, wait_timeout_s=ENGINE_WAIT_S
