@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +35,9 @@ class Stream:
     done: bool = False
     problems: list[str] = field(default_factory=list)
     body: bytes = b""
+    # When each chunk arrived, in seconds after the request was sent (for latency checks).
+    sent_at: float = 0.0
+    chunk_times: list[float] = field(default_factory=list)
 
 
 class Client:
@@ -82,6 +86,7 @@ class Client:
     def stream(self, path: str, payload: Any) -> Stream:
         """POST with ``stream: true`` and read the SSE stream, noting every framing problem."""
         conn = self._connection()
+        sent_at = time.monotonic()
         try:
             conn.request(
                 "POST",
@@ -90,7 +95,9 @@ class Client:
                 headers=self._headers("text/event-stream"),
             )
             response = conn.getresponse()
-            result = Stream(response.status, response.getheader("content-type", ""))
+            result = Stream(
+                response.status, response.getheader("content-type", ""), sent_at=sent_at
+            )
             if response.status != 200:
                 result.body = response.read()
                 return result
@@ -145,3 +152,4 @@ def _take_event(data: bytes, result: Stream) -> None:
         result.problems.append(f"an error event: {orjson.dumps(chunk['error']).decode()[:200]}")
         return
     result.chunks.append(chunk)
+    result.chunk_times.append(time.monotonic() - result.sent_at)
