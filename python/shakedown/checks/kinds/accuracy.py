@@ -230,23 +230,28 @@ def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
         ctx.update(len(results), len(rows), decision().passed)
     final = decision()
     passed_verdict = bool(final.verdict)
-    metrics.update(
-        passed=final.passed, done=final.done, rate=final.passed / final.done, lower=final.lower
-    )
-    verdict_lower = final.final_lower(0)
+    rate = final.passed / final.done if final.done else 0.0
+    metrics.update(passed=final.passed, done=final.done, rate=rate)
+    metrics["final_lower"] = final.final_lower(0)
+    bound = f"{threshold:.2f}{note} at {options.confidence:.0%}"
+    if final.done == 0:
+        best = final.final_lower(len(rows))
+        summary = (
+            f"cannot pass: even {len(rows)}/{len(rows)} right bounds the rate at {best:.2f} < "
+            f"{bound}; add rows or lower the threshold"
+        )
+        return Verdict(False, summary, (), metrics)
     stopped = (
         "" if final.done == len(rows) else f", stopped after {final.done} of {len(rows)}: decided"
     )
     summary = (
-        f"{final.passed}/{final.done} right ({final.passed / final.done:.0%}){stopped}; "
-        f"Wilson lower bound over the dataset {'>=' if passed_verdict else '<'} "
-        f"{threshold:.2f}{note} at {options.confidence:.0%}"
+        f"{final.passed}/{final.done} right ({rate:.0%}){stopped}; Wilson lower bound over the "
+        f"dataset {'>=' if passed_verdict else '<'} {bound}"
     )
     if not passed_verdict:
         summary += f" (it is at most {final.final_lower(len(rows) - final.done):.2f})"
         misses = [f"{row.name}: {problem}" for row, problem, _ in results if problem]
         summary += "; misses: " + "; ".join(misses[:3])
-    metrics["final_lower"] = verdict_lower
     return Verdict(passed_verdict, summary, _groups(results, threshold), metrics)
 
 

@@ -281,13 +281,17 @@ def _error_body(body: bytes, what: str, *, openai: bool) -> None:
 
 
 def item_n(ctx: RunContext, spec: CheckSpec, options: Options) -> str:
-    data = ok_json(ctx.client.post("/chat/completions", chat_body(ctx, spec, n=2)), "n=2")
+    # Several choices only make sense sampled: greedy decoding would give n equal answers.
+    data = ok_json(
+        ctx.client.post("/chat/completions", chat_body(ctx, spec, n=2, temperature=1.0)), "n=2"
+    )
     indexes = sorted(
         c["index"] for c in data.get("choices") or [] if isinstance(c, dict) and "index" in c
     )
     if indexes != [0, 1]:
         raise CheckFailed(f"n=2: choices have indexes {indexes}, want [0, 1]")
-    stream = ctx.client.stream("/chat/completions", chat_body(ctx, spec, n=2, stream=True))
+    body = chat_body(ctx, spec, n=2, temperature=1.0, stream=True)
+    stream = ctx.client.stream("/chat/completions", body)
     finished = sorted(
         int(choice.get("index", -1))
         for chunk in stream_chunks(stream, "n=2 stream", "chat.completion.chunk")
