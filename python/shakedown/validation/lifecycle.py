@@ -84,6 +84,14 @@ class _Loopback:
     def register_engine(self, engine: Any) -> None:
         self._registry.register(self._engine_key, engine)
 
+    def configuration_problem(self) -> str | None:
+        """Why the card's parsers do not read its chat template, or None (``shakedown.doctor``)."""
+        doctor = importlib.import_module("shakedown.doctor")
+        problem: str | None = doctor.configuration_problem(
+            self._endpoint.pipeline, self._endpoint.card
+        )
+        return problem
+
 
 def loopback_endpoint(
     card: Any, *, port: int, api_key: str, enable_rl: bool
@@ -372,6 +380,12 @@ class WorkerValidation:
         try:
             if not self.enabled:
                 self._finish(held_reason=None, gates=[])
+                return
+            # A parser that does not match the template holds the worker before any gate.
+            check = getattr(self._endpoint, "configuration_problem", None)
+            problem = check() if check is not None else None
+            if problem is not None:
+                self._finish(held_reason=f"the configuration is wrong: {problem}", gates=[])
                 return
             if not self._wait_for_engine():
                 return
