@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import report
+from .attach import AttachError, find
 from .context import Settings
 from .options import SuiteError
 from .runner import run_suite
@@ -68,6 +69,15 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the tool-call round trip (default: $DYN_VALIDATION_EXPECT_TOOLS, or on when "
         "$DYN_VALIDATION_TOOL_CALL_PARSER is set)",
     )
+    parser.add_argument(
+        "--attach",
+        nargs="?",
+        type=int,
+        const=0,
+        metavar="PID",
+        help="check a held worker's loopback endpoint in this pod, found from the record it "
+        "leaves (token read from its 0600 file); PID picks a worker (default: the latest)",
+    )
     parser.add_argument("--json", type=Path, help="write a JSON report here")
     parser.add_argument("--junit", type=Path, help="write a JUnit XML report here")
     parser.add_argument("--html", type=Path, help="write a one-page HTML report here")
@@ -107,9 +117,34 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
     )
 
 
+def attached(args: argparse.Namespace, environ: Mapping[str, str]) -> Mapping[str, str]:
+    """``environ`` as a gate of the held worker would see it (``--attach``)."""
+    record, token = find(args.attach or None)
+    seen = {
+        **environ,
+        "OPENAI_BASE_URL": record.base_url,
+        "OPENAI_API_KEY": token,
+        "DYN_VALIDATION_MODEL": record.model,
+    }
+    for var, value in (
+        ("DYN_VALIDATION_REASONING_PARSER", record.reasoning_parser),
+        ("DYN_VALIDATION_TOOL_CALL_PARSER", record.tool_call_parser),
+    ):
+        if value:
+            seen[var] = value
+    return seen
+
+
 def run_from_args(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    settings = settings_from_args(args, os.environ)
+    environ: Mapping[str, str] = os.environ
+    if args.attach is not None:
+        try:
+            environ = attached(args, environ)
+        except AttachError as exc:
+            print(f"shakedown check: {exc}", file=sys.stderr)
+            return 1
+    settings = settings_from_args(args, environ)
     if not settings.base_url:
         print("shakedown check: set OPENAI_BASE_URL or pass --base-url", file=sys.stderr)
         return 1

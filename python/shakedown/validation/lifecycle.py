@@ -144,6 +144,7 @@ class WorkerValidation:
         self._card: Any = None
         self._endpoint: LocalEndpoint | None = None
         self._api_key = secrets.token_urlsafe(32)
+        self._record: Any = None  # where an operator finds the endpoint (shakedown.checks.attach)
         self._engine_registered = threading.Event()
         self._cancel = threading.Event()
         self._released = threading.Event()
@@ -304,6 +305,13 @@ class WorkerValidation:
             model,
             endpoint.port,
         )
+        # For an operator in the pod: where the endpoint and its token are (never the token).
+        self._record = importlib.import_module("shakedown.checks.attach").publish(
+            f"http://127.0.0.1:{endpoint.port}/v1",
+            model,
+            self._api_key,
+            **self._parsers(),
+        )
         self._start_thread()
         if engine is not None:
             self.register_engine(engine)
@@ -361,6 +369,7 @@ class WorkerValidation:
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is not None:
             endpoint.stop()
+        self._withdraw_record()
         with _claim_lock:
             if _claim_owner is self:
                 _claim_owner, _claim_model = None, None
@@ -437,18 +446,18 @@ class WorkerValidation:
             self._engine_registered.wait(0.05)
         return True
 
+    def _parsers(self) -> dict[str, str]:
+        parsers: dict[str, str] = {}
+        for attr in ("reasoning_parser", "tool_call_parser"):
+            value = getattr(self._card, attr, None)
+            if isinstance(value, str) and value:
+                parsers[attr] = value
+        return parsers
+
     def _parser_env(self) -> dict[str, str]:
         # Tell the check runner which parsers the card uses, so it knows to expect
         # reasoning_content and tool calls.
-        env: dict[str, str] = {}
-        for attr, var in (
-            ("reasoning_parser", "DYN_VALIDATION_REASONING_PARSER"),
-            ("tool_call_parser", "DYN_VALIDATION_TOOL_CALL_PARSER"),
-        ):
-            value = getattr(self._card, attr, None)
-            if isinstance(value, str) and value:
-                env[var] = value
-        return env
+        return {f"DYN_VALIDATION_{attr.upper()}": value for attr, value in self._parsers().items()}
 
     def _gate_log_dir(self) -> Path:
         if self._log_dir is not None:
@@ -488,6 +497,7 @@ class WorkerValidation:
             started_at=self._start_wall,
             duration_s=time.monotonic() - self._start_clock,
             gates=gates,
+            token_file=None if self._record is None else self._record.token_file,
         )
         if self.enabled:
             report.log()
@@ -518,7 +528,13 @@ class WorkerValidation:
                 logger.info("worker validation: released; local endpoint closed")
             except Exception:  # the worker is released either way; only the loopback lingers
                 logger.exception("worker validation: the local endpoint did not close cleanly")
+            self._withdraw_record()
         self._finished.set()
+
+    def _withdraw_record(self) -> None:
+        record, self._record = self._record, None
+        if record is not None:
+            importlib.import_module("shakedown.checks.attach").withdraw(record)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
