@@ -90,8 +90,18 @@ class PromptEngine(Mocker):
         return script_ids(self.reply(prompt, request), self.pipeline.tokenize, eos)
 
 
-def answering(reply: Reply, token_delay: float = 0.0) -> EngineFactory:
-    return lambda pipeline, model_dir: PromptEngine(pipeline, reply, token_delay)
+class answering:
+    """A factory of ``PromptEngine``s answering with ``reply``; keeps the engines it made."""
+
+    def __init__(self, reply: Reply, token_delay: float = 0.0) -> None:
+        self.reply = reply
+        self.token_delay = token_delay
+        self.engines: list[PromptEngine] = []
+
+    def __call__(self, pipeline: Pipeline, model_dir: Path) -> PromptEngine:
+        engine = PromptEngine(pipeline, self.reply, self.token_delay)
+        self.engines.append(engine)
+        return engine
 
 
 def last_user_turn(prompt: str) -> str:

@@ -382,15 +382,18 @@ def test_accuracy_matchers(
 def test_warmup_runs_first_and_counts_only_errors() -> None:
     engine = answering(lambda prompt, request: "<think>ok</think>Fine.<EOS>")
     with loopback(engine) as endpoint:
-        results = run(endpoint.base_url, [
-            {"kind": "conformance", "items": ["chat"]},
-            {"kind": "warmup", "requests": 6, "concurrency": 3, "prompt_tokens": [8, 128]},
-        ])  # fmt: skip
-        prompts = endpoint.registry.get(endpoint.card.endpoint).engine.__self__.prompts  # type: ignore[union-attr]
+        results = run(
+            endpoint.base_url,
+            [
+                {"kind": "conformance", "items": ["chat"]},
+                {"kind": "warmup", "requests": 6, "concurrency": 3, "prompt_tokens": [8, 128]},
+            ],
+        )
     assert [r.name for r in results] == ["warmup", "conformance"]
     assert results[0].outcome == "passed"
     assert results[0].reason.startswith("6 requests at concurrency 3")
     assert results[0].reason.endswith(", 0 errors")
+    prompts = engine.engines[0].prompts
     assert all("Summarise" in p for p in prompts[:6]) and "Summarise" not in prompts[6]
 
 
