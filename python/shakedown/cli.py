@@ -18,6 +18,7 @@ from shakedown._core import Pipeline
 from shakedown.checks import add_check_subcommand
 from shakedown.doctor import add_doctor_subcommand
 from shakedown.engines.mocker import Mocker, load_replay_trace, script_table
+from shakedown.integrations.dynamo_run import add_run_subcommand
 from shakedown.parity import add_parity_subcommand
 from shakedown.validation.serve import add_gate_arguments, run_validated, validation_from_args
 
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve(commands)
+    add_run_subcommand(commands)
     add_check_subcommand(commands)
     add_doctor_subcommand(commands)
     add_parity_subcommand(commands)
