@@ -1,7 +1,8 @@
 """The whole pipeline through the Python binding, held to the reference captures:
 each captured request goes in as bytes, the engine frames the reference mocker
-produced for it are fed back, and the bytes out must equal the captured body
-(ids and `created` aside). Same fixtures as `cargo test --test pipeline_response`."""
+produced for it (its replay script, `replay-script.json`) are fed back, and the bytes
+out must equal the captured body (ids and `created` aside). Same fixtures as
+`cargo test --test pipeline_response`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from shakedown._core import Pipeline
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURES = FIXTURES / "pipeline" / "captures"
-RESPONSES = sorted((FIXTURES / "pipeline" / "response").glob("*.json"))
+REPLAY_SCRIPT = json.loads((FIXTURES / "pipeline" / "replay-script.json").read_text())
 MODEL_DIR = FIXTURES / "model-deepseek"
 EOS = 1
 
@@ -57,21 +58,34 @@ def normalize(text: str) -> str:
     return re.sub(r'"created":\d+', '"created":<created>', text)
 
 
-def mocker_frames(pipeline: Pipeline, fixture: dict[str, Any]) -> list[bytes]:
+def replay_row(body: bytes) -> str | None:
+    """The mocker's replay script a request names (`output_replay_id:SESSION:TURN`)."""
+    try:
+        request = json.loads(body)
+    except ValueError:  # a request file that carries a note after its body
+        return None
+    annotations = (request.get("nvext") or {}).get("annotations") or []
+    for annotation in annotations:
+        if annotation.startswith("output_replay_id:"):
+            session, turn = annotation.split(":")[1:]
+            script: str = REPLAY_SCRIPT["sessions"][session][int(turn)]
+            return script
+    return None
+
+
+def mocker_frames(pipeline: Pipeline, script: str, prompt: int, expected: bytes) -> list[bytes]:
     """The frames the reference mocker sends for a replayed script."""
-    engine = fixture["engine"]
-    ids = pipeline.tokenize(engine["text"]) + ([EOS] if engine["eos"] else [])
-    prompt = fixture["plan"]["prompt_tokens"]
+    text = script.removesuffix("<EOS>")
+    ids = pipeline.tokenize(text) + ([EOS] if text != script else [])
+    cached = re.findall(rb'"cached_tokens":(\d+)', expected)
+    cached_tokens = int(cached[-1]) if cached else 0
 
     def usage(completion: int) -> dict[str, Any]:
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {
-                "audio_tokens": None,
-                "cached_tokens": engine["cached_tokens"],
-            },
+            "prompt_tokens_details": {"audio_tokens": None, "cached_tokens": cached_tokens},
         }
 
     frames: list[dict[str, Any]] = []
@@ -85,29 +99,31 @@ def mocker_frames(pipeline: Pipeline, fixture: dict[str, Any]) -> list[bytes]:
     return [orjson.dumps(f) for f in frames]
 
 
+# Replies the mocker replayed (one request named a row but was refused: no max_tokens).
 REPLAYED = [
     p.stem
-    for p in RESPONSES
-    if json.loads(p.read_text())["engine"]["kind"] == "mocker_replay"
-    and (CAPTURES / f"{p.stem}.request").exists()
+    for p in sorted(CAPTURES.glob("*.request"))
+    if replay_row(read_request(p.stem)[3]) is not None and read_response(p.stem)[0] == 200
 ]
 
 
 @pytest.mark.parametrize("name", REPLAYED)
 def test_capture_reproduced_end_to_end(pipeline: Pipeline, name: str) -> None:
-    fixture = json.loads((FIXTURES / "pipeline" / "response" / f"{name}.json").read_text())
     _, path, _, body = read_request(name)
+    status, expected = read_response(name)
     surface = pipeline.chat if path.endswith("/chat/completions") else pipeline.completions
     exchange = surface(body, str(uuid.uuid4()))
     engine_request = orjson.loads(exchange.engine_request)  # the request-plane round trip
-    assert engine_request["token_ids"], "the prompt was tokenized"
+    prompt = len(engine_request["token_ids"])
+    assert prompt, "the prompt was tokenized"
+    script = replay_row(body)
+    assert script is not None
     out = bytearray()
-    for frame in mocker_frames(pipeline, fixture):
+    for frame in mocker_frames(pipeline, script, prompt, expected):
         out += exchange.feed(frame)
         if exchange.finished:
             break
     out += exchange.finish()
-    status, expected = read_response(name)
     assert exchange.status == status
     assert normalize(out.decode()) == normalize(expected.decode())
 
