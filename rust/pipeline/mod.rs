@@ -15,5 +15,5 @@ pub mod request;
 pub mod response;
 pub mod sse;
 pub mod template;
-mod tokens;
+pub mod tokens;
 pub mod validate;

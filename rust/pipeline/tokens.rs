@@ -99,6 +99,46 @@ fn release_freed_memory() {}
 mod tests {
     use super::*;
 
+    use serde_json::{json, Value};
+
+    /// The packaged tiny model's tokenizer (byte-level BPE), edited by `change`.
+    fn tiny(change: impl FnOnce(&mut Value)) -> Tokenizer {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/python/shakedown/models/tiny/tokenizer.json"
+        );
+        let mut doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        change(&mut doc);
+        doc.to_string().parse().unwrap()
+    }
+
+    #[test]
+    fn byte_level_bpe_has_a_bound() {
+        let bound = max_bytes_per_token(&tiny(|_| {})).unwrap();
+        assert!(bound >= 1);
+    }
+
+    #[test]
+    fn no_bound_when_text_may_vanish_or_merge_without_limit() {
+        let changes: [fn(&mut Value); 5] = [
+            |t| t["normalizer"] = json!({"type": "Lowercase"}),
+            |t| t["pre_tokenizer"] = json!({"type": "Whitespace"}),
+            |t| {
+                t["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+                    {"type": "Split", "pattern": {"String": " "}, "behavior": "Removed", "invert": false},
+                    {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}]})
+            },
+            |t| t["added_tokens"][0]["lstrip"] = json!(true),
+            |t| {
+                t["truncation"] = json!({"direction": "Right", "max_length": 8,
+                    "strategy": "LongestFirst", "stride": 0})
+            },
+        ];
+        for change in changes {
+            assert_eq!(max_bytes_per_token(&tiny(change)), None);
+        }
+    }
+
     #[test]
     fn min_tokens_rounds_up_and_knows_when_it_knows_nothing() {
         assert_eq!(min_tokens(10, Some(4)), 3);
