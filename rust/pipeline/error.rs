@@ -48,14 +48,20 @@ pub fn stream_error_type(status: u16) -> &'static str {
     status_names(status).map_or(INTERNAL, |(_, _, kind)| kind)
 }
 
-/// Append a flat error body; `details` is raw JSON for the optional `details` key.
-pub fn write_flat_body(out: &mut Vec<u8>, status: u16, message: &str, details: Option<&str>) {
-    out.extend_from_slice(b"{\"message\":");
+/// `"message":…,"type":…,"code":…`, the fields both error shapes share.
+pub fn write_error_fields(out: &mut Vec<u8>, message: &str, kind: &str, status: u16) {
+    out.extend_from_slice(b"\"message\":");
     write_str(out, message);
     out.extend_from_slice(b",\"type\":");
-    write_str(out, reason_phrase(status));
+    write_str(out, kind);
     out.extend_from_slice(b",\"code\":");
     write_u64(out, status.into());
+}
+
+/// Append a flat error body; `details` is raw JSON for the optional `details` key.
+pub fn write_flat_body(out: &mut Vec<u8>, status: u16, message: &str, details: Option<&str>) {
+    out.push(b'{');
+    write_error_fields(out, message, reason_phrase(status), status);
     if let Some(details) = details {
         out.extend_from_slice(b",\"details\":");
         out.extend_from_slice(details.as_bytes());

@@ -1,8 +1,7 @@
 //! Server-sent events as axum 0.8 writes them for Dynamo 1.6.1:
 //! `data: <json>\n\n`, the in-stream error event, and `data: [DONE]`.
 
-use super::chunks::{write_str, write_u64};
-use super::error::stream_error_type;
+use super::error::{stream_error_type, write_error_fields};
 
 /// Open a `data:` event; the JSON payload follows, then [`end_event`].
 pub fn begin_event(out: &mut Vec<u8>) {
@@ -35,12 +34,8 @@ pub fn write_done(out: &mut Vec<u8>) {
 /// An error after the 200 went out: OpenAI-style envelope, then `[DONE]`.
 pub fn write_error(out: &mut Vec<u8>, status: u16, message: &str) {
     begin_event(out);
-    out.extend_from_slice(b"{\"error\":{\"message\":");
-    write_str(out, message);
-    out.extend_from_slice(b",\"type\":");
-    write_str(out, stream_error_type(status));
-    out.extend_from_slice(b",\"code\":");
-    write_u64(out, status.into());
+    out.extend_from_slice(b"{\"error\":{");
+    write_error_fields(out, message, stream_error_type(status), status);
     out.extend_from_slice(b"}}");
     end_event(out);
     write_done(out);
