@@ -35,7 +35,7 @@ const PIECES: &[&str] = &[
 ];
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
     fn the_bound_never_exceeds_the_token_count(
