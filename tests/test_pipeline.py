@@ -1,6 +1,6 @@
 """The whole pipeline through the Python binding, held to the reference captures:
 each captured request goes in as bytes, the engine frames the reference mocker
-produced for it (its replay script, `replay-script.json`) are fed back, and the bytes
+produced for it (its replay script, `replay_script.json`) are fed back, and the bytes
 out must equal the captured body (ids and `created` aside). Same fixtures as
 `cargo test --test pipeline_response`."""
 
@@ -20,7 +20,7 @@ from shakedown._core import Pipeline
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURES = FIXTURES / "pipeline" / "captures"
-REPLAY_SCRIPT = json.loads((FIXTURES / "pipeline" / "replay-script.json").read_text())
+REPLAY_SCRIPT = json.loads((FIXTURES / "pipeline" / "replay_script.json").read_text())
 MODEL_DIR = FIXTURES / "model-deepseek"
 EOS = 1
 
@@ -68,7 +68,7 @@ def replay_row(body: bytes) -> str | None:
     for annotation in annotations:
         if annotation.startswith("output_replay_id:"):
             session, turn = annotation.split(":")[1:]
-            script: str = REPLAY_SCRIPT["sessions"][session][int(turn)]
+            script: str = REPLAY_SCRIPT[session][int(turn)]
             return script
     return None
 

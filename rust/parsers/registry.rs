@@ -11,7 +11,7 @@ pub struct ParserInfo {
     pub name: &'static str,
     pub aliases: &'static [&'static str],
     /// Its markers are special tokens, so the detokenizer must keep special tokens
-    /// for the parser to see them (set on tool-call families).
+    /// for the parser to see them.
     pub keeps_special_tokens: bool,
 }
 

@@ -313,11 +313,15 @@ impl Preprocessor {
         request_id: &str,
     ) -> Prepared {
         let stops = Stops::new(engine, &self.card);
+        // A parser that reads special-token markers needs the detokenizer to keep them.
+        let card = &self.card;
         let keeps_special_tokens = reply.surface == Surface::Chat
-            && self
-                .card
+            && (card
                 .tool_call_parser
-                .is_some_and(|family| family.info().keeps_special_tokens);
+                .map(|f| f.info())
+                .into_iter()
+                .chain(card.reasoning_parser.map(|f| f.info()))
+                .any(|info| info.keeps_special_tokens));
         let skip_special_tokens = if keeps_special_tokens {
             Some(false)
         } else {

@@ -1,6 +1,7 @@
 //! What the pipeline tests share: the DeepSeek model dir, the Dynamo 1.6.1 captures
 //! in tests/fixtures/pipeline/captures, the frames the reference engines sent for
-//! them (replay-script.json beside them), and the masking of per-request values.
+//! them (the mocker's script is replay_script.json beside them), and the masking of
+//! per-request values.
 //!
 //! Needs the model dir: `python tests/fixtures/build_model.py` (or set
 //! SHAKEDOWN_TEST_MODEL_DIR).
@@ -151,13 +152,17 @@ pub fn request_names() -> Vec<String> {
     names
 }
 
+/// The reference mocker's replay script: session -> turns, a trailing `<EOS>` for EOS.
 fn replay_script() -> &'static Value {
     static SCRIPT: OnceLock<Value> = OnceLock::new();
     SCRIPT.get_or_init(|| {
-        let path = fixtures().join("pipeline/replay-script.json");
+        let path = fixtures().join("pipeline/replay_script.json");
         serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
     })
 }
+
+/// What the reference harness's spy worker replied to every `spy-*` request.
+const SPY_REPLY: &str = r#"<think>plan</think>Sure.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>"#;
 
 fn annotations(request: &Value) -> Vec<String> {
     request["nvext"]["annotations"]
@@ -175,13 +180,12 @@ fn annotations(request: &Value) -> Vec<String> {
 pub fn replay_frames(name: &str, engine_request: &[u8]) -> Vec<Vec<u8>> {
     let engine: Value = serde_json::from_slice(engine_request).unwrap();
     let request = read_request(name).json();
-    let script = replay_script();
     let frames = if name.starts_with("spy-") {
         let fail_after = annotations(&request)
             .iter()
             .find_map(|a| a.strip_prefix("fail_after:")?.parse().ok());
         spy_frames(
-            script["spy_reply"].as_str().unwrap(),
+            SPY_REPLY,
             engine["stop_conditions"]["max_tokens"].as_u64(),
             fail_after,
         )
@@ -191,7 +195,7 @@ pub fn replay_frames(name: &str, engine_request: &[u8]) -> Vec<Vec<u8>> {
             .find_map(|a| a.strip_prefix("output_replay_id:").map(str::to_owned))
             .unwrap_or_else(|| panic!("{name} names no replay row"));
         let (session, turn) = replay.split_once(':').unwrap();
-        let text = script["sessions"][session][turn.parse::<usize>().unwrap()]
+        let text = replay_script()[session][turn.parse::<usize>().unwrap()]
             .as_str()
             .unwrap();
         let (_, expected) = read_response(name);
