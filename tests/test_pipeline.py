@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,6 @@ import pytest
 
 import shakedown
 from captures import (
-    CAPTURES,
     EOS_ID,
     REPLAY_SCRIPT,
     capture_names,
@@ -29,7 +29,6 @@ from shakedown.engines.mocker import Mocker, script_table
 from shakedown.parity.normalize import mask_generated
 
 FIXTURES = Path(__file__).parent / "fixtures"
-RESPONSES = sorted((FIXTURES / "pipeline" / "response").glob("*.json"))
 MODEL_DIR = FIXTURES / "model-deepseek"
 
 
@@ -64,30 +63,40 @@ def reference_mocker_frames(
     return [orjson.dumps(frame) for frame in frames]
 
 
+def names_a_replay_row(body: bytes) -> bool:
+    """Whether a request picks a scripted reply (`nvext.annotations: output_replay_id:...`)."""
+    try:
+        request = json.loads(body)
+    except ValueError:  # a request file that carries a note after its body
+        return False
+    annotations = (request.get("nvext") or {}).get("annotations") or []
+    return any(a.startswith("output_replay_id:") for a in annotations)
+
+
+# Replies the mocker replayed (one request named a row but was refused: no max_tokens).
 REPLAYED = [
-    p.stem
-    for p in RESPONSES
-    if json.loads(p.read_text())["engine"]["kind"] == "mocker_replay"
-    and (CAPTURES / f"{p.stem}.request").exists()
+    name
+    for name in capture_names()
+    if names_a_replay_row(read_request(name).body) and read_response(name).status == 200
 ]
 
 
 @pytest.mark.parametrize("name", REPLAYED)
 def test_capture_reproduced_end_to_end(pipeline: Pipeline, name: str) -> None:
-    fixture = json.loads((FIXTURES / "pipeline" / "response" / f"{name}.json").read_text())
-    request = read_request(name)
+    request, expected = read_request(name), read_response(name)
     surface = pipeline.chat if request.path.endswith("/chat/completions") else pipeline.completions
     exchange = surface(request.body, str(uuid.uuid4()))
     engine_request = orjson.loads(exchange.engine_request)  # the request-plane round trip
     assert engine_request["token_ids"], "the prompt was tokenized"
     out = bytearray()
-    cached = fixture["engine"]["cached_tokens"]
-    for frame in reference_mocker_frames(pipeline, engine_request, cached):
+    # The reference mocker's simulated prefix-cache hits, as its answer reports them.
+    cached = re.findall(rb'"cached_tokens":(\d+)', expected.body)
+    cached_tokens = int(cached[-1]) if cached else 0
+    for frame in reference_mocker_frames(pipeline, engine_request, cached_tokens):
         out += exchange.feed(frame)
         if exchange.finished:
             break
     out += exchange.finish()
-    expected = read_response(name)
     assert exchange.status == expected.status
     assert mask_generated(bytes(out)) == mask_generated(expected.body)
 

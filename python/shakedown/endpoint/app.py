@@ -25,7 +25,17 @@ from granian._granian import RSGIHTTPStreamTransport as StreamTransport
 from granian._granian import RSGIProtocolClosed as ProtocolClosed
 from granian.rsgi import Scope
 
-from shakedown._core import Exchange, Pipeline, RequestError, error_body
+from shakedown._core import (
+    Exchange,
+    Pipeline,
+    RequestError,
+    error_body,
+    is_json_content_type,
+    model_not_ready,
+    payload_too_large,
+    route_not_found,
+    unsupported_media_type,
+)
 
 from .context import RequestContext
 from .frames import engine_frames, log_failure
@@ -41,7 +51,6 @@ SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cach
 ENGINE_ERROR = "Internal server error"
 SHUTTING_DOWN = "Service is shutting down"
 UNAUTHORIZED = "Invalid or missing bearer token"
-UNSUPPORTED_MEDIA = "Expected request with Content-Type application/json"
 BODY_TIMEOUT = "Request body not received within {seconds:g} s"
 DONE = b"data: [DONE]\n\n"
 EMPTY_MODELS = b'{"object":"list","data":[]}'
@@ -66,13 +75,6 @@ def body_limit_bytes() -> int:
     raw = os.environ.get("DYN_HTTP_BODY_LIMIT_MB", "").strip()
     megabytes = int(raw) if raw.isdigit() else 45
     return megabytes * 1024 * 1024
-
-
-def is_json_content_type(value: str) -> bool:
-    """`application/json` or any `*/*+json`, parameters ignored, as axum's Json extractor."""
-    mime = value.split(";", 1)[0].strip().lower()
-    kind, _, subtype = mime.partition("/")
-    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 def _request_id(headers: Any) -> str:
@@ -178,11 +180,7 @@ class EndpointApp:
         self.body_read_timeout = body_read_timeout
         self._closing = False
         self._active: set[_Active] = set()
-        self._not_ready = error_body(
-            503,
-            f"Model `{pipeline.served_name}` is not ready to serve requests yet. The deployment "
-            "may still be starting up or is not fully provisioned. Please retry shortly.",
-        )
+        self._not_ready = model_not_ready(pipeline.served_name).body
 
     @property
     def in_flight(self) -> int:
@@ -217,8 +215,7 @@ class EndpointApp:
         path, method = scope.path, scope.method
         route = _ROUTES.get(path)
         if route is None:
-            body = error_body(404, f"Route not found: {method} {path}")
-            proto.response_bytes(404, JSON_HEADERS, body)
+            proto.response_bytes(404, JSON_HEADERS, route_not_found(method, path).body)
             return
         allowed, kind = route
         if method != allowed and not (allowed == "GET" and method == "HEAD"):
@@ -276,8 +273,8 @@ class EndpointApp:
         if self._closing:
             proto.response_bytes(503, JSON_HEADERS, error_body(503, SHUTTING_DOWN))
             return
-        if not is_json_content_type(scope.headers.get("content-type", "")):
-            proto.response_bytes(415, JSON_HEADERS, error_body(415, UNSUPPORTED_MEDIA))
+        if not is_json_content_type(scope.headers.get("content-type")):
+            proto.response_bytes(415, JSON_HEADERS, unsupported_media_type().body)
             return
         try:
             body = await within(self.body_read_timeout, self._read_body(scope, proto))
@@ -291,11 +288,8 @@ class EndpointApp:
             log.info("the client left while sending the body of %s %s", scope.method, scope.path)
             return
         if body is None:
-            megabytes = self.body_limit // (1024 * 1024)
-            message = (
-                f"Request body exceeds the limit of {megabytes} MB set by DYN_HTTP_BODY_LIMIT_MB"
-            )
-            proto.response_bytes(413, JSON_HEADERS, error_body(413, message))
+            too_large = payload_too_large(self.body_limit // (1024 * 1024))
+            proto.response_bytes(413, JSON_HEADERS, too_large.body)
             return
         request_id = _request_id(scope.headers)
         headers = JSON_HEADERS
