@@ -11,6 +11,9 @@
 //! - a call whose JSON breaks is dropped (`drop_call`) and the rest of its
 //!   markup is skipped up to the family's end marker (Dynamo's hermes drops the
 //!   whole block silently);
+//! - a name, id or header that reaches the call's end marker, or runs past
+//!   `MAX_NAME`, breaks the call at a byte fixed by the text alone (never by how
+//!   it was cut), and parsing resumes there;
 //! - a call still open at `finish` is dropped, as Dynamo's hermes does. A call
 //!   whose arguments completed but whose closing marker never came is kept
 //!   (Dynamo's default end-of-output recovery; kimi_k2 PR #8208), except for
@@ -30,7 +33,7 @@ use pythonic::{ListScan, ListStep};
 use wrapper::{WStep, Wrapper};
 
 use crate::parsers::json::{JsonScanner, Scanned};
-use crate::parsers::markers::{MarkerSet, Scan};
+use crate::parsers::markers::{Bounded, MarkerSet, Scan};
 use crate::parsers::{CallSink, ToolParse, Tools};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +219,10 @@ fn sets(family: Family) -> &'static Sets {
         Sets {
             text: MarkerSet::new(&[spec.starts, spec.text_only].concat()),
             section: opt(spec.section),
-            name_end: opt(spec.name_end),
+            // A name also stops at the markers that end a broken call, so neither a
+            // call without arguments nor an overlong name swallows them.
+            name_end: (!spec.name_end.is_empty())
+                .then(|| MarkerSet::new(&[spec.name_end, spec.skip].concat())),
             close: opt(spec.close),
             after: opt(spec.after),
             skip: opt(spec.skip),
@@ -574,18 +580,27 @@ impl JsonCalls {
             }
             State::Name => {
                 let set = self.sets.name_end.as_ref()?;
-                let (taken, found) = match set.scan(rest) {
+                let room = MAX_NAME.saturating_sub(self.name.len());
+                let scan = match set.scan_bounded(rest, room) {
+                    Bounded::Within(scan) => scan,
+                    Bounded::Overflow { at } => {
+                        self.fail("call name too long", sink);
+                        return Some(at);
+                    }
+                };
+                let (taken, found) = match scan {
                     Scan::Found { start, end, marker } => (start, Some((end, set.marker(marker)))),
                     Scan::Partial { hold_from } => (hold_from, None),
                 };
                 self.name.push_str(&rest[..taken]);
-                if self.name.len() > MAX_NAME {
-                    self.fail("call name too long", sink);
-                    return Some(taken);
-                }
                 let Some((end, marker)) = found else {
                     return (taken > 0).then_some(taken);
                 };
+                if self.sets.spec.skip.contains(&marker) {
+                    // The call's markup ended before its name did; `Skip` takes the marker.
+                    self.fail("call without arguments", sink);
+                    return Some(taken);
+                }
                 match marker {
                     DS_SEP if self.family == Family::DeepseekV3 => self.name.clear(),
                     "\n" if self.name.trim().is_empty() => {}
