@@ -106,6 +106,9 @@ struct JsonCalls {
     aside: String,
     args: JsonScanner,
     args_started: bool,
+    /// `Close` has passed over text that is not closing markup (reported at `finish`
+    /// if the end marker never comes, so the text is not lost silently).
+    closing_text: bool,
     wrapper: Wrapper,
     py: ListScan,
     py_text: String,
@@ -129,6 +132,7 @@ impl JsonCalls {
             aside: String::new(),
             args: JsonScanner::new(),
             args_started: false,
+            closing_text: false,
             wrapper: Wrapper::new(),
             py: ListScan::new(),
             py_text: String::new(),
@@ -251,6 +255,9 @@ impl ToolParse for JsonCalls {
                 State::After if sink.has_open_call() => {
                     sink.drop_call("the call's end marker never came")
                 }
+                State::Close if self.closing_text => sink.error(
+                    "text after a call was taken for its closing markup: its end marker never came",
+                ),
                 State::After | State::Section | State::Close | State::Skip => {}
                 _ => {
                     if sink.has_open_call() {
@@ -263,6 +270,7 @@ impl ToolParse for JsonCalls {
         }
         self.pending = held;
         self.pending.clear();
+        self.closing_text = false;
         self.raw.clear();
         self.tentative = false;
         self.release = false;

@@ -202,28 +202,33 @@ impl JsonCalls {
 
     /// Markup after a call, or a broken call's rest, up to where parsing resumes.
     pub(super) fn close_or_skip(&mut self, rest: &str) -> Option<usize> {
-        let set = if self.state == State::Close {
-            self.sets.close.as_ref()
-        } else {
-            self.sets.skip.as_ref()
-        };
-        let Some(set) = set else {
+        // The skip markers include the close markers, so markup after a call also ends
+        // at its section's end when the call's own end marker is misspelled or missing.
+        let Some(set) = self.sets.skip.as_ref() else {
             return Some(rest.len());
         };
-        match set.scan(rest) {
-            Scan::Found { start, end, marker } => {
-                match set.marker(marker) {
-                    // A new Mistral call resynchronises; leave its marker to Text.
-                    MISTRAL_CALLS => {
-                        self.state = State::Text;
-                        return Some(start);
-                    }
-                    DS_CALL_END | KIMI_CALL_END => self.state = State::Section,
-                    _ => self.state = State::Text,
-                }
-                Some(end)
-            }
-            Scan::Partial { hold_from } => (hold_from > 0).then_some(hold_from),
+        let (taken, found) = match set.scan(rest) {
+            Scan::Found { start, end, marker } => (start, Some((end, set.marker(marker)))),
+            Scan::Partial { hold_from } => (hold_from, None),
+        };
+        if self.state == State::Close {
+            // Whitespace and DeepSeek V3's closing fence are the expected markup.
+            let unexpected = rest[..taken].trim_matches(|c: char| c.is_whitespace() || c == '`');
+            self.closing_text |= !unexpected.is_empty();
         }
+        let Some((end, marker)) = found else {
+            return (taken > 0).then_some(taken);
+        };
+        self.closing_text = false;
+        match marker {
+            // A new Mistral call resynchronises; leave its marker to Text.
+            MISTRAL_CALLS => {
+                self.state = State::Text;
+                return Some(taken);
+            }
+            DS_CALL_END | KIMI_CALL_END => self.state = State::Section,
+            _ => self.state = State::Text,
+        }
+        Some(end)
     }
 }
