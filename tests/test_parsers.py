@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shakedown
-from parser_cases import CASES, Case
+from parser_cases import CASES, Case, policy, policy_table, tools_of
 from shakedown.parsers import (
     ChatParser,
     ReasoningParser,
@@ -332,3 +333,26 @@ def test_malformed_call_is_state_not_exception() -> None:
     assert message.tool_calls == []
     assert len(message.errors) == 1 and message.errors[0]["index"] == 0
     json.dumps(message.errors)
+
+
+MALFORMED = policy()["cases"]
+
+
+@pytest.mark.parametrize(
+    "case", MALFORMED, ids=[f"{c['tool_call']}/{c['kind']}" for c in MALFORMED]
+)
+def test_malformed_output_gives_the_recorded_answer(case: dict[str, Any]) -> None:
+    """Dynamo 1.6.1's answer, or shakedown's recorded deviation from it (docs/parsers.md)."""
+    want = case.get("shakedown") or case["dynamo"]
+    options = {"tool_call": case["tool_call"], "tools": tools_of(case["tool_call"])}
+    for got in (
+        parsed(case["text"], options),
+        streamed(options, list(case["text"]), stream_arguments=False),
+    ):
+        calls = [{"name": c["name"], "arguments": c["arguments"]} for c in got["tool_calls"]]
+        assert {"content": got["content"], "tool_calls": calls} == want
+
+
+def test_malformed_output_table_in_the_docs_is_the_recorded_one() -> None:
+    docs = Path(__file__).parent.parent / "docs" / "parsers.md"
+    assert policy_table() in docs.read_text(encoding="utf-8")

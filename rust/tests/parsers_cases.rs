@@ -72,3 +72,38 @@ pub fn load() -> Vec<Case> {
     }
     out
 }
+
+/// The malformed outputs of `malformed.json`, each expecting Dynamo 1.6.1's answer or,
+/// where recorded, shakedown's own (see docs/parsers.md).
+pub fn load_malformed() -> Vec<Case> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parsers");
+    let doc: Value = serde_json::from_slice(&std::fs::read(root.join("malformed.json")).unwrap())
+        .expect("malformed.json");
+    let mut out = Vec::new();
+    for case in doc["cases"].as_array().expect("cases array") {
+        let family = case["tool_call"].as_str().expect("tool_call");
+        let file: Value = serde_json::from_slice(
+            &std::fs::read(root.join(format!("tools/{family}.json"))).unwrap(),
+        )
+        .unwrap();
+        let options = ChatOptions {
+            tool_call: Some(family.to_owned()),
+            tools: Arc::new(Tools::from_value(&file["tools"]).unwrap()),
+            ..ChatOptions::default()
+        };
+        let expect = match case.get("shakedown") {
+            Some(ours) => ours.clone(),
+            None => case["dynamo"].clone(),
+        };
+        out.push(Case {
+            label: format!(
+                "malformed.json: {family}/{}",
+                case["kind"].as_str().unwrap_or("")
+            ),
+            text: case["text"].as_str().expect("text").to_owned(),
+            options,
+            expect,
+        });
+    }
+    out
+}

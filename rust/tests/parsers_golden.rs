@@ -134,3 +134,36 @@ fn golden_cases_batch_and_streamed() {
         }
     }
 }
+
+/// Malformed outputs give the recorded answer, batch and under every chunking. Ids and
+/// error counts are not recorded there (Dynamo's answers carry neither in a comparable form).
+#[test]
+fn malformed_outputs_give_the_recorded_answer() {
+    let all = parsers_cases::load_malformed();
+    assert!(!all.is_empty(), "no malformed cases found");
+    fn view(m: &Message) -> (&str, Vec<(&str, &str)>) {
+        let calls = m.tool_calls.iter();
+        let calls = calls.map(|c| (c.name.as_str(), c.arguments.as_str()));
+        (&m.content, calls.collect())
+    }
+    for case in &all {
+        let want_calls: Vec<(&str, &str)> = case.expect["tool_calls"]
+            .as_array()
+            .expect("tool_calls")
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap(),
+                    c["arguments"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        let want = (case.expect["content"].as_str().unwrap(), want_calls);
+        let (message, _) = parse(&case.text, &case.options).unwrap();
+        assert_eq!(view(&message), want, "{} [parse]", case.label);
+        for (how, pieces) in chunkings(&case.text) {
+            let (message, _) = stream(&pieces, &case.options);
+            assert_eq!(view(&message), want, "{} [{how}]", case.label);
+        }
+    }
+}
