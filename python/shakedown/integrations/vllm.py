@@ -1,0 +1,239 @@
+"""shakedown's parsers inside vLLM, as a tool-parser and reasoning-parser plugin.
+
+    vllm serve MODEL --enable-auto-tool-choice \\
+        --tool-parser-plugin shakedown.integrations.vllm --tool-call-parser hermes \\
+        --reasoning-parser-plugin shakedown.integrations.vllm --reasoning-parser qwen3
+
+Importing this module (which is what vLLM does with a plugin) registers, under every tool-call
+and reasoning parser name vLLM registers that shakedown also answers to, a parser that runs
+shakedown's in vLLM's dialect; names shakedown does not know stay vLLM's. Only vLLM's process
+imports it: it needs vLLM, and shakedown's own import never loads it.
+
+vLLM builds one parser per request and drives it through its `Parser`: whole outputs through
+`extract_tool_calls` / `extract_reasoning`, streams delta by delta. These parsers read only
+`delta_text` and say so with `engine_based_streaming`, which also makes vLLM call
+`finish_streaming()` at the end (and, for reasoning, when it hands over to the tool phase), so
+text held back at a possible marker is released instead of lost.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from shakedown.parsers import (
+    Delta,
+    ReasoningParser,
+    ToolCallParser,
+    parse,
+    reasoning_parsers,
+    tool_call_parsers,
+)
+
+_tool_parsers = importlib.import_module("vllm.tool_parsers")
+_reasoning = importlib.import_module("vllm.reasoning")
+_protocol = importlib.import_module("vllm.entrypoints.generate.base.protocol")
+
+DIALECT = "vllm"
+
+
+def _dialect() -> dict[str, Any]:
+    """`dialect=` where this build of shakedown has dialects (they came with issue 13)."""
+    options: dict[str, Any] = {"dialect": DIALECT}
+    try:
+        ToolCallParser("hermes", **options)
+    except TypeError:
+        return {}
+    return options
+
+
+_DIALECT = _dialect()
+
+
+def _tool_dicts(tools: Iterable[Any] | None) -> list[dict[str, Any]] | None:
+    if not tools:
+        return None
+    return [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else dict(t) for t in tools]
+
+
+def _delta_message(delta: Delta) -> Any:
+    """vLLM's DeltaMessage for a shakedown Delta, or None when there is nothing to send."""
+    if not delta:
+        return None
+    calls = [
+        _protocol.DeltaToolCall(
+            index=call.index,
+            id=call.id,
+            type="function" if call.id is not None else None,
+            function=_protocol.DeltaFunctionCall(name=call.name, arguments=call.arguments),
+        )
+        for call in delta.calls
+    ]
+    return _protocol.DeltaMessage(content=delta.content, reasoning=delta.reasoning_content, tool_calls=calls)
+
+
+class ShakedownToolParser(_tool_parsers.ToolParser):  # type: ignore[misc]
+    """vLLM's ToolParser interface over one shakedown tool-call family (set by subclasses)."""
+
+    family = ""
+    engine_based_streaming = True
+
+    def __init__(self, tokenizer: Any, tools: list[Any] | None = None) -> None:
+        super().__init__(tokenizer, tools)
+        self._tools = _tool_dicts(tools)
+        self._stream: ToolCallParser | None = None
+
+    def extract_tool_calls(self, model_output: str, request: Any) -> Any:
+        tools = _tool_dicts(getattr(request, "tools", None)) or self._tools
+        message = parse(model_output, tool_call=self.family, tools=tools, **_DIALECT)
+        calls = [
+            _protocol.ToolCall(
+                id=call.id, function=_protocol.FunctionCall(name=call.name, arguments=call.arguments)
+            )
+            for call in message.tool_calls
+        ]
+        return _protocol.ExtractedToolCallInformation(
+            tools_called=bool(calls), tool_calls=calls, content=message.content or None
+        )
+
+    def _parser(self, request: Any) -> ToolCallParser:
+        if self._stream is None:
+            tools = _tool_dicts(getattr(request, "tools", None)) or self._tools
+            self._stream = ToolCallParser(self.family, tools=tools, **_DIALECT)
+        return self._stream
+
+    def extract_tool_calls_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_token_ids: Sequence[int],
+        current_token_ids: Sequence[int],
+        delta_token_ids: Sequence[int],
+        request: Any,
+    ) -> Any:
+        return _delta_message(self._parser(request).feed(delta_text))
+
+    def finish_streaming(self) -> Any:
+        if self._stream is None:
+            return None
+        return _delta_message(self._stream.finish())
+
+
+class ShakedownReasoningParser(_reasoning.ReasoningParser):  # type: ignore[misc]
+    """vLLM's ReasoningParser interface over one shakedown reasoning family (set by subclasses).
+
+    Reasoning has ended, for vLLM, once the parser has released content. Token-level questions
+    (`is_reasoning_end`, `extract_content_ids`) are answered by running the parser over the
+    decoded tokens."""
+
+    family = ""
+    engine_based_streaming = True
+
+    def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(tokenizer, *args, **kwargs)
+        self._in_reasoning: bool | None = None
+        self._stream: ReasoningParser | None = None
+        self._ended = False
+
+    def _new(self) -> ReasoningParser:
+        return ReasoningParser(self.family, in_reasoning=self._in_reasoning, **_DIALECT)
+
+    def _first_content_token(self, token_ids: Sequence[int]) -> int | None:
+        """Index of the token whose text first comes out as content (None: still reasoning)."""
+        parser = self._new()
+        decode: Callable[..., str] = self.model_tokenizer.decode
+        text = ""
+        for i in range(len(token_ids)):
+            whole = decode(list(token_ids[: i + 1]))
+            if parser.feed(whole[len(text) :]).content:
+                return i
+            text = whole
+        return None
+
+    def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
+        # Reasoning is closed if text fed after these tokens would be content while the
+        # tokens themselves did not all come out as content (some were markers or reasoning).
+        text = self.model_tokenizer.decode(list(input_ids))
+        parser = self._new()
+        content = (parser.feed(text).content or "") + (parser.feed("\x00").content or "")
+        content += parser.finish().content or ""
+        return content.endswith("\x00") and content != text + "\x00"
+
+    def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
+        # A prompt that leaves reasoning open (a template that writes `<think>`) puts the
+        # output inside it.
+        text = self.model_tokenizer.decode(list(prompt_token_ids))
+        parser = self._new()
+        parser.feed(text)
+        probe = parser.feed("\x00")
+        if "\x00" in (probe.reasoning_content or "") + (parser.finish().reasoning_content or ""):
+            self._in_reasoning = True
+
+    def extract_content_ids(self, input_ids: list[int]) -> list[int]:
+        first = self._first_content_token(input_ids)
+        return [] if first is None else list(input_ids[first:])
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+        first = self._first_content_token(token_ids)
+        return len(token_ids) if first is None else first
+
+    def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:
+        message = parse(model_output, reasoning=self.family, in_reasoning=self._in_reasoning, **_DIALECT)
+        return message.reasoning_content or None, message.content or None
+
+    def extract_reasoning_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_token_ids: Sequence[int],
+        current_token_ids: Sequence[int],
+        delta_token_ids: Sequence[int],
+    ) -> Any:
+        if self._stream is None:
+            self._stream = self._new()
+        delta = self._stream.feed(delta_text)
+        if delta.content:
+            self._ended = True
+        return _delta_message(delta)
+
+    def has_engine_confirmed_reasoning_end(self) -> bool:
+        return self._ended
+
+    def finish_streaming(self) -> Any:
+        if self._stream is None:
+            return None
+        delta, self._stream = self._stream.finish(), None
+        return _delta_message(delta)
+
+
+def _known(names: Iterable[str], registry: Callable[[], dict[str, list[str]]]) -> dict[str, str]:
+    """vLLM's names that shakedown answers to, each with shakedown's canonical family."""
+    aliases = {alias.lower(): family for family, names_ in registry().items() for alias in [family, *names_]}
+    return {name: aliases[name.lower()] for name in names if name.lower() in aliases}
+
+
+def _register() -> None:
+    tool_manager = _tool_parsers.ToolParserManager
+    for name, family in _known(tool_manager.list_registered(), tool_call_parsers).items():
+        cls = type(f"Shakedown_{family}_ToolParser", (ShakedownToolParser,), {"family": family})
+        tool_manager.register_module(name=name, module=cls)
+    reasoning_manager = _reasoning.ReasoningParserManager
+    for name, family in _known(reasoning_manager.list_registered(), reasoning_parsers).items():
+        cls = type(f"Shakedown_{family}_ReasoningParser", (ShakedownReasoningParser,), {"family": family})
+        reasoning_manager.register_module(name=name, module=cls)
+
+
+def registered() -> tuple[dict[str, str], dict[str, str]]:
+    """The (tool-call, reasoning) names this plugin took over, each with shakedown's family."""
+    return (
+        _known(_tool_parsers.ToolParserManager.list_registered(), tool_call_parsers),
+        _known(_reasoning.ReasoningParserManager.list_registered(), reasoning_parsers),
+    )
+
+
+_register()
+
+__all__ = ["ShakedownReasoningParser", "ShakedownToolParser", "registered"]
