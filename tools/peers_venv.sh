@@ -8,8 +8,8 @@
 #   ImportError while importing every registered parser); GPU and engine packages it imports at
 #   module level but never calls while parsing (torch, triton, ...) are shimmed at run time by
 #   tests/conformance/peer_imports.py, not installed.
-# - shakedown itself is not installed here: the driver puts the caller's `shakedown` package on
-#   the path (tests/conformance/peer_driver.py).
+# - shakedown itself is not installed here (only its runtime dependencies): the driver puts the
+#   caller's `shakedown` package on the path (tests/conformance/peer_driver.py --plugin).
 # A rerun with the same pins does nothing (~0.2 s). Downloads: ~280 MB of wheels, once.
 #
 # env: SHAKEDOWN_PEERS_ROOT   cache location (default ~/.cache/shakedown/peers-vllm0.34.0-sglang0.5.23)
@@ -32,6 +32,7 @@ DEPS=(
   cachetools==8.0.2 prometheus_client==0.26.0 openai-harmony==0.0.8 cbor2==6.3.0
   cloudpickle==3.1.3 uvloop==0.23.0 py-cpuinfo==9.0.0 psutil==7.2.2 pyzmq==27.3.0
   ipython==9.18.1 jsonschema==4.26.0 PyYAML==6.0.4 ijson==3.6.0 mistral_common==1.13.1
+  granian==2.8.9  # shakedown's own runtime dependency (orjson, uvloop above), for the plugin
 )
 # Real packages whose declared dependencies are the GPU stack (torch, triton): installed without
 # them; their own import of torch meets the shim.

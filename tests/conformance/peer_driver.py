@@ -278,6 +278,10 @@ def main() -> int:
         # What `vllm serve --tool-parser-plugin ... --reasoning-parser-plugin ...` runs.
         ToolParserManager.import_tool_parser("shakedown.integrations.vllm")
         ReasoningParserManager.import_reasoning_parser("shakedown.integrations.vllm")
+        # vLLM logs a plugin that fails to import and goes on without it; here that is fatal.
+        plugin = sys.modules["shakedown.integrations.vllm"]
+        if not all(plugin.registered()):
+            raise SystemExit("the shakedown plugin registered no parser")
     peer_imports.seal()
     signal.signal(signal.SIGALRM, _alarm)
     tokenizers: dict[tuple[str, ...], PeerTokenizer] = {}
