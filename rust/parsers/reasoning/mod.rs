@@ -9,6 +9,7 @@
 
 mod delimited;
 mod harmony;
+mod more;
 
 use delimited::{Delimited, Family};
 
@@ -198,7 +199,7 @@ fn delimited_family(family: &str) -> Option<&'static Family> {
         "minimax_m3" => &MINIMAX_M3,
         "gemma4" => &GEMMA4,
         "basic" => &BASIC,
-        _ => return None,
+        _ => return more::family(family),
     })
 }
 

@@ -46,9 +46,11 @@ enum Family {
     Jamba,
     Phi4,
     NemotronDeci,
+    Longcat,
+    Internlm,
 }
 
-const FAMILIES: [(&str, Family); 11] = [
+const FAMILIES: [(&str, Family); 13] = [
     ("hermes", Family::Hermes),
     ("llama3_json", Family::Llama3Json),
     ("mistral", Family::Mistral),
@@ -60,6 +62,8 @@ const FAMILIES: [(&str, Family); 11] = [
     ("jamba", Family::Jamba),
     ("phi4", Family::Phi4),
     ("nemotron_deci", Family::NemotronDeci),
+    ("longcat", Family::Longcat),
+    ("internlm", Family::Internlm),
 ];
 
 const DS_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
@@ -192,6 +196,19 @@ impl Family {
                 after: &["</TOOLCALL>"],
                 skip: &["</TOOLCALL>"],
                 ..spec(&["<TOOLCALL>"])
+            },
+            // LongCat-Flash: hermes' object in its own tags.
+            Family::Longcat => Spec {
+                after: &["</longcat_tool_call>"],
+                skip: &["</longcat_tool_call>"],
+                ..spec(&["<longcat_tool_call>"])
+            },
+            // InternLM2 / Intern-S1: `<|action_start|><|plugin|>` (a space may sit
+            // between the two tokens), the object, `<|action_end|>`.
+            Family::Internlm => Spec {
+                after: &["<|action_end|>"],
+                skip: &["<|action_end|>"],
+                ..spec(&["<|action_start|><|plugin|>", "<|action_start|> <|plugin|>"])
             },
         }
     }

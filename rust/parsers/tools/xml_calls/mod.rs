@@ -18,6 +18,7 @@ use std::sync::Arc;
 use crate::parsers::markers::{Held, MarkerSet, Scan};
 use crate::parsers::{CallSink, ToolParse, Tools};
 
+mod families;
 mod gemma4;
 mod tagged;
 
@@ -30,6 +31,14 @@ pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolPar
         "deepseek_v3_2" => &tagged::DEEPSEEK_V3_2,
         "deepseek_v4" => &tagged::DEEPSEEK_V4,
         "step3" => &tagged::STEP3,
+        "seed_oss" => &families::SEED_OSS,
+        "zaya" => &families::ZAYA,
+        "dots" => &families::DOTS,
+        "hunyuan" => &families::HUNYUAN,
+        "iquest_q1" => &families::IQUEST_Q1,
+        "deepseek_v4_1" => &families::DEEPSEEK_V4_1,
+        "gigachat35" => &families::GIGACHAT35,
+        "kimi_k3" => &families::KIMI_K3,
         "gemma4" => return Some(Box::new(gemma4::Gemma4Parser::new(tools.clone()))),
         _ => return None,
     };
@@ -94,6 +103,14 @@ mod tests {
         "deepseek_v4",
         "step3",
         "gemma4",
+        "seed_oss",
+        "zaya",
+        "dots",
+        "hunyuan",
+        "iquest_q1",
+        "deepseek_v4_1",
+        "gigachat35",
+        "kimi_k3",
     ];
 
     /// One `write_file(content=VALUE)` call in each family's syntax.
@@ -118,6 +135,30 @@ mod tests {
                 "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"write_file\"><steptml:parameter name=\"content\">{value}</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>"
             ),
             "gemma4" => format!("<|tool_call>call:write_file{{content:<|\"|>{value}<|\"|>}}<tool_call|>"),
+            "seed_oss" | "zaya" => {
+                let tag = if family == "seed_oss" { "seed:tool_call" } else { "zyphra_tool_call" };
+                format!(
+                    "<{tag}>\n<function=write_file>\n<parameter=content>\n{value}\n</parameter>\n</function>\n</{tag}>"
+                )
+            }
+            "dots" => format!(
+                "<dots_function_call>\n<invoke name=\"write_file\">\n<parameter name=\"content\">{value}</parameter>\n</invoke>\n</dots_function_call>"
+            ),
+            "hunyuan" => format!(
+                "<tool_calls>\n<tool_call>write_file<tool_sep>\n<arg_key>content</arg_key>\n<arg_value>{value}</arg_value>\n</tool_call>\n</tool_calls>"
+            ),
+            "iquest_q1" => format!(
+                "<iquest_tool_call>write_file\n<arg_key>content</arg_key>\n<arg_value>{value}</arg_value>\n</iquest_tool_call>"
+            ),
+            "deepseek_v4_1" => format!(
+                "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"write_file\">\n<｜DSML｜ parameter name=\"content\" string=\"true\">{value}</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>"
+            ),
+            "gigachat35" => format!(
+                "<｜GCML｜tool_calls>\n<｜GCML｜invoke name=\"write_file\">\n<｜GCML｜parameter name=\"content\" string=\"true\">{value}</｜GCML｜parameter>\n</｜GCML｜invoke>\n</｜GCML｜tool_calls>"
+            ),
+            "kimi_k3" => format!(
+                "<|open|>tools<|sep|><|open|>call tool=\"write_file\" index=\"1\"<|sep|><|open|>argument key=\"content\" type=\"string\"<|sep|>{value}<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
+            ),
             other => panic!("no sample for {other}"),
         }
     }

@@ -49,25 +49,25 @@ pub(super) enum Role {
 
 /// The literal tags of one format.
 pub(super) struct Format {
-    block_open: &'static str,
-    block_close: &'static str,
+    pub(super) block_open: &'static str,
+    pub(super) block_close: &'static str,
     /// `None` when the name follows the block marker directly (GLM).
-    invoke_open: Option<&'static str>,
-    head_end: &'static str,
-    invoke_close: &'static str,
-    param_open: &'static str,
-    key_ends: &'static [(&'static str, ValueTyping)],
-    value_open: Option<&'static str>,
-    param_close: &'static str,
+    pub(super) invoke_open: Option<&'static str>,
+    pub(super) head_end: &'static str,
+    pub(super) invoke_close: &'static str,
+    pub(super) param_open: &'static str,
+    pub(super) key_ends: &'static [(&'static str, ValueTyping)],
+    pub(super) value_open: Option<&'static str>,
+    pub(super) param_close: &'static str,
     /// Qwen3-Coder writes values on their own lines: one newline each side is markup.
-    trim_newlines: bool,
+    pub(super) trim_newlines: bool,
     /// Qwen3-Coder models sometimes leave out `</parameter>`: the next parameter or the
     /// end of the function then ends the value, as vLLM, SGLang and Dynamo accept.
-    value_ends_at_next_tag: bool,
-    tables: OnceLock<Tables>,
+    pub(super) value_ends_at_next_tag: bool,
+    pub(super) tables: OnceLock<Tables>,
 }
 
-const SCHEMA_TYPED: &[(&str, ValueTyping)] = &[("\">", ValueTyping::Schema)];
+pub(super) const SCHEMA_TYPED: &[(&str, ValueTyping)] = &[("\">", ValueTyping::Schema)];
 
 pub(super) static QWEN3_CODER: Format = Format {
     block_open: "<tool_call>",
@@ -115,7 +115,7 @@ pub(super) static MINIMAX_M2: Format = Format {
     tables: OnceLock::new(),
 };
 
-const DSML_KEY_ENDS: &[(&str, ValueTyping)] = &[
+pub(super) const DSML_KEY_ENDS: &[(&str, ValueTyping)] = &[
     ("\" string=\"true\">", ValueTyping::Text),
     ("\" string=\"false\">", ValueTyping::Json),
     ("\">", ValueTyping::Schema),
@@ -204,7 +204,7 @@ impl Legal {
     }
 }
 
-struct Tables {
+pub(super) struct Tables {
     by_state: [Legal; STATES],
     start: [&'static str; 1],
 }
