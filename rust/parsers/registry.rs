@@ -94,6 +94,7 @@ const REASONING: &[ParserInfo] = &[
     info("hunyuan", &["hunyuan_a13b", "hy_v3", "hy_v4"]),
     info("ling3", &[]),
     info("ernie45", &[]),
+    info("inkling", &[]),
     info(
         "deepseek_v4_1",
         &[
@@ -178,6 +179,7 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("kimi_k3", &["kimi-k3"]),
     info("longcat", &[]),
     info("internlm", &["interns1", "internlm2"]),
+    info("inkling", &[]),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.

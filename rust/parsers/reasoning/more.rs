@@ -88,6 +88,22 @@ static DEEPSEEK_V4_1: Family = Family {
     ..think("deepseek_v4_1", false)
 };
 
+/// Inkling's typed blocks: `<|message_model|><|content_thinking|>…<|end_message|>` is
+/// reasoning, a `<|content_text|>` block's framing is dropped from content, and a
+/// `<|content_invoke_tool_json|>` block is left for the tool parser (its closing
+/// `<|end_message|>` is dropped like any stray closer; the call's JSON ends it).
+static INKLING: Family = Family {
+    openers: &[
+        "<|message_model|><|content_thinking|>",
+        "<|content_thinking|>",
+    ],
+    closers: &["<|end_message|>", "<|content_model_end_sampling|>"],
+    own_exits: &["<|message_model|><|content_invoke_tool_json|>"],
+    framing: &["<|message_model|><|content_text|>", "<|content_text|>"],
+    lone_byte_passes: false,
+    ..think("inkling", false)
+};
+
 /// The configuration of one of these families.
 pub(super) fn family(name: &str) -> Option<&'static Family> {
     Some(match name {
@@ -100,6 +116,7 @@ pub(super) fn family(name: &str) -> Option<&'static Family> {
         "ling3" => &LING3,
         "ernie45" => &ERNIE45,
         "deepseek_v4_1" => &DEEPSEEK_V4_1,
+        "inkling" => &INKLING,
         _ => return None,
     })
 }

@@ -48,9 +48,10 @@ enum Family {
     NemotronDeci,
     Longcat,
     Internlm,
+    Inkling,
 }
 
-const FAMILIES: [(&str, Family); 13] = [
+const FAMILIES: [(&str, Family); 14] = [
     ("hermes", Family::Hermes),
     ("llama3_json", Family::Llama3Json),
     ("mistral", Family::Mistral),
@@ -64,6 +65,7 @@ const FAMILIES: [(&str, Family); 13] = [
     ("nemotron_deci", Family::NemotronDeci),
     ("longcat", Family::Longcat),
     ("internlm", Family::Internlm),
+    ("inkling", Family::Inkling),
 ];
 
 const DS_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
@@ -81,6 +83,7 @@ const KIMI_CALL_END: &str = "<|tool_call_end|>";
 const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
 const MISTRAL_ARGS: &str = "[ARGS]";
 const MISTRAL_CALL_ID: &str = "[CALL_ID]";
+const INKLING_ENDS: &[&str] = &["<|end_message|>", "<|content_model_end_sampling|>"];
 
 /// Harmony call openers: the full header and the bare channel forms, with the
 /// recipient in the channel or in the role position.
@@ -114,6 +117,8 @@ struct Spec {
     needs_end: bool,
     /// Where a broken call's markup ends and parsing can resume.
     skip: &'static [&'static str],
+    /// The family's own name for the wrapper's arguments key.
+    args_key: Option<&'static str>,
 }
 
 const fn spec(starts: &'static [&'static str]) -> Spec {
@@ -128,6 +133,7 @@ const fn spec(starts: &'static [&'static str]) -> Spec {
         after: &[],
         needs_end: false,
         skip: &[],
+        args_key: None,
     }
 }
 
@@ -209,6 +215,17 @@ impl Family {
                 after: &["<|action_end|>"],
                 skip: &["<|action_end|>"],
                 ..spec(&["<|action_start|><|plugin|>", "<|action_start|> <|plugin|>"])
+            },
+            // Inkling's typed block: `<|message_model|><|content_invoke_tool_json|>`,
+            // `{"name": ..., "args": {...}}`, `<|end_message|>`.
+            Family::Inkling => Spec {
+                after: INKLING_ENDS,
+                skip: INKLING_ENDS,
+                args_key: Some("args"),
+                ..spec(&[
+                    "<|message_model|><|content_invoke_tool_json|>",
+                    "<|content_invoke_tool_json|>",
+                ])
             },
         }
     }
@@ -331,7 +348,7 @@ impl JsonCalls {
             aside: String::new(),
             args: JsonScanner::new(),
             args_started: false,
-            wrapper: Wrapper::new(),
+            wrapper: Wrapper::new(sets(family).spec.args_key),
             py: ListScan::new(),
             py_text: String::new(),
         }

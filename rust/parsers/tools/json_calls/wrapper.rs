@@ -41,6 +41,8 @@ pub(super) enum WStep {
 
 #[derive(Debug)]
 pub(super) struct Wrapper {
+    /// A family's own name for the arguments key, besides `arguments` and `parameters`.
+    args_key: Option<&'static str>,
     st: W,
     key: String,
     field: Field,
@@ -59,8 +61,9 @@ fn is_ws(b: u8) -> bool {
 }
 
 impl Wrapper {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(args_key: Option<&'static str>) -> Self {
         Self {
+            args_key,
             st: W::Open,
             key: String::new(),
             field: Field::Other,
@@ -137,6 +140,7 @@ impl Wrapper {
                         self.field = match self.key.as_str() {
                             "name" => Field::Name,
                             "arguments" | "parameters" => Field::Args,
+                            key if Some(key) == self.args_key => Field::Args,
                             _ => Field::Other,
                         };
                         if self.field == Field::Args && self.has_args {
