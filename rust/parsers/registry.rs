@@ -180,6 +180,10 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("longcat", &[]),
     info("internlm", &["interns1", "internlm2"]),
     info("inkling", &[]),
+    info(
+        "minimax_m3",
+        &["minimax-m3", "minimax_m3_nom", "minimax-m3-nom"],
+    ),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.

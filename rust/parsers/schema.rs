@@ -106,7 +106,7 @@ fn kind_named(name: &str) -> Option<ValueKind> {
 
 /// The first non-null type a schema allows (`type` string or list, then `anyOf`/`oneOf`),
 /// and whether it also allows null.
-fn schema_type(schema: &Value) -> ParamType {
+pub fn schema_type(schema: &Value) -> ParamType {
     let mut kind = None;
     let mut nullable = schema.get("nullable").and_then(Value::as_bool) == Some(true);
     let mut note = |k: ValueKind| {

@@ -20,6 +20,7 @@ use crate::parsers::{CallSink, ToolParse, Tools};
 
 mod families;
 mod gemma4;
+mod minimax_m3;
 mod tagged;
 
 /// The parser for `family`, or `None` when the family is not one of these formats.
@@ -40,6 +41,7 @@ pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolPar
         "gigachat35" => &families::GIGACHAT35,
         "kimi_k3" => &families::KIMI_K3,
         "gemma4" => return Some(Box::new(gemma4::Gemma4Parser::new(tools.clone()))),
+        "minimax_m3" => return Some(Box::new(minimax_m3::MinimaxM3Parser::new(tools.clone()))),
         _ => return None,
     };
     Some(Box::new(tagged::TaggedParser::new(format, tools.clone())))
@@ -111,6 +113,7 @@ mod tests {
         "deepseek_v4_1",
         "gigachat35",
         "kimi_k3",
+        "minimax_m3",
     ];
 
     /// One `write_file(content=VALUE)` call in each family's syntax.
@@ -155,6 +158,9 @@ mod tests {
             ),
             "gigachat35" => format!(
                 "<｜GCML｜tool_calls>\n<｜GCML｜invoke name=\"write_file\">\n<｜GCML｜parameter name=\"content\" string=\"true\">{value}</｜GCML｜parameter>\n</｜GCML｜invoke>\n</｜GCML｜tool_calls>"
+            ),
+            "minimax_m3" => format!(
+                "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"write_file\">\n]<]minimax[>[<content>{value}]<]minimax[>[</content>\n]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"
             ),
             "kimi_k3" => format!(
                 "<|open|>tools<|sep|><|open|>call tool=\"write_file\" index=\"1\"<|sep|><|open|>argument key=\"content\" type=\"string\"<|sep|>{value}<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
@@ -242,7 +248,11 @@ mod tests {
     #[test]
     fn string_values_stream_before_they_close() {
         let tools = string_tools();
-        for family in FAMILIES.iter().filter(|f| **f != "gemma4") {
+        // Gemma 4 sends a parameter when it closes, MiniMax-M3 a whole invoke.
+        for family in FAMILIES
+            .iter()
+            .filter(|f| !matches!(**f, "gemma4" | "minimax_m3"))
+        {
             let text = call_text(family, "abc\ndef\n");
             let cut = text.find("def").unwrap() + 2;
             let mut parser = build(family, &tools).unwrap();
