@@ -95,6 +95,7 @@ const REASONING: &[ParserInfo] = &[
     info("ling3", &[]),
     info("ernie45", &[]),
     info("inkling", &[]),
+    info("muse", &["muse_glimmer", "musespark"]),
     info(
         "deepseek_v4_1",
         &[
@@ -184,6 +185,7 @@ const TOOL_CALL: &[ParserInfo] = &[
         "minimax_m3",
         &["minimax-m3", "minimax_m3_nom", "minimax-m3-nom"],
     ),
+    info("muse", &["muse_glimmer", "musespark"]),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.

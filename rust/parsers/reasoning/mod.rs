@@ -10,6 +10,7 @@
 mod delimited;
 mod harmony;
 mod more;
+mod muse;
 
 use delimited::{Delimited, Family};
 
@@ -168,6 +169,7 @@ pub fn build(
     match family {
         "gpt_oss" => Box::new(harmony::Harmony::new(in_reasoning)),
         "minimax_append_think" => Box::new(AppendThink { started: false }),
+        "muse" => Box::new(muse::Muse::new(in_reasoning)),
         _ => {
             let config = delimited_family(family).unwrap_or(&BASIC);
             Box::new(Delimited::new(

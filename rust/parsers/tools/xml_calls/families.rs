@@ -19,6 +19,7 @@ const fn qwen3_coder_in(block_open: &'static str, block_close: &'static str) -> 
         param_close: "</parameter>",
         trim_newlines: true,
         value_ends_at_next_tag: true,
+        doubled_namespace: false,
         tables: OnceLock::new(),
     }
 }
@@ -42,6 +43,7 @@ pub(super) static DOTS: Format = Format {
     param_close: "</parameter>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -60,6 +62,7 @@ pub(super) static HUNYUAN: Format = Format {
     param_close: "</arg_value>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -76,6 +79,7 @@ pub(super) static IQUEST_Q1: Format = Format {
     param_close: "</arg_value>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -93,6 +97,7 @@ pub(super) static DEEPSEEK_V4_1: Format = Format {
     param_close: "</｜DSML｜ parameter>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -109,6 +114,7 @@ pub(super) static GIGACHAT35: Format = Format {
     param_close: "</｜GCML｜parameter>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -138,5 +144,27 @@ pub(super) static KIMI_K3: Format = Format {
     param_close: "<|close|>argument<|sep|>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
+    tables: OnceLock::new(),
+};
+
+/// Muse (Spark, Glimmer): an ATEM block in a tool-addressed message,
+/// `<atem:function_calls><atem:invoke name="F"><atem:parameter name="K">V
+/// </atem:parameter></atem:invoke></atem:function_calls>`. A value is JSON when it
+/// reads as JSON and text otherwise; the muse reasoning parser routes messages, so
+/// only tool messages' bodies reach this parser.
+pub(super) static MUSE: Format = Format {
+    block_open: "<atem:function_calls>",
+    block_close: "</atem:function_calls>",
+    invoke_open: Some("<atem:invoke name=\""),
+    head_end: "\">",
+    invoke_close: "</atem:invoke>",
+    param_open: "<atem:parameter name=\"",
+    key_ends: &[("\">", ValueTyping::Json)],
+    value_open: None,
+    param_close: "</atem:parameter>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    doubled_namespace: true,
     tables: OnceLock::new(),
 };

@@ -40,6 +40,7 @@ pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolPar
         "deepseek_v4_1" => &families::DEEPSEEK_V4_1,
         "gigachat35" => &families::GIGACHAT35,
         "kimi_k3" => &families::KIMI_K3,
+        "muse" => &families::MUSE,
         "gemma4" => return Some(Box::new(gemma4::Gemma4Parser::new(tools.clone()))),
         "minimax_m3" => return Some(Box::new(minimax_m3::MinimaxM3Parser::new(tools.clone()))),
         _ => return None,
@@ -114,6 +115,7 @@ mod tests {
         "gigachat35",
         "kimi_k3",
         "minimax_m3",
+        "muse",
     ];
 
     /// One `write_file(content=VALUE)` call in each family's syntax.
@@ -161,6 +163,9 @@ mod tests {
             ),
             "minimax_m3" => format!(
                 "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"write_file\">\n]<]minimax[>[<content>{value}]<]minimax[>[</content>\n]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"
+            ),
+            "muse" => format!(
+                "<atem:function_calls>\n<atem:invoke name=\"write_file\">\n<atem:parameter name=\"content\">{value}</atem:parameter>\n</atem:invoke>\n</atem:function_calls>"
             ),
             "kimi_k3" => format!(
                 "<|open|>tools<|sep|><|open|>call tool=\"write_file\" index=\"1\"<|sep|><|open|>argument key=\"content\" type=\"string\"<|sep|>{value}<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
@@ -248,10 +253,11 @@ mod tests {
     #[test]
     fn string_values_stream_before_they_close() {
         let tools = string_tools();
-        // Gemma 4 sends a parameter when it closes, MiniMax-M3 a whole invoke.
+        // Gemma 4 and Muse send a parameter when it closes (a value's type depends on
+        // its whole text), MiniMax-M3 a whole invoke.
         for family in FAMILIES
             .iter()
-            .filter(|f| !matches!(**f, "gemma4" | "minimax_m3"))
+            .filter(|f| !matches!(**f, "gemma4" | "minimax_m3" | "muse"))
         {
             let text = call_text(family, "abc\ndef\n");
             let cut = text.find("def").unwrap() + 2;

@@ -64,6 +64,9 @@ pub(super) struct Format {
     /// Qwen3-Coder models sometimes leave out `</parameter>`: the next parameter or the
     /// end of the function then ends the value, as vLLM, SGLang and Dynamo accept.
     pub(super) value_ends_at_next_tag: bool,
+    /// The template may write a call's name twice (`get_weather.get_weather`); when
+    /// only the single name is declared, that is the call's name (Muse).
+    pub(super) doubled_namespace: bool,
     pub(super) tables: OnceLock<Tables>,
 }
 
@@ -81,6 +84,7 @@ pub(super) static QWEN3_CODER: Format = Format {
     param_close: "</parameter>",
     trim_newlines: true,
     value_ends_at_next_tag: true,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -97,6 +101,7 @@ pub(super) static GLM: Format = Format {
     param_close: "</arg_value>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -112,6 +117,7 @@ pub(super) static MINIMAX_M2: Format = Format {
     param_close: "</parameter>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -141,6 +147,7 @@ const fn dsml(block_open: &'static str, block_close: &'static str) -> Format {
         param_close: "</｜DSML｜parameter>",
         trim_newlines: false,
         value_ends_at_next_tag: false,
+        doubled_namespace: false,
         tables: OnceLock::new(),
     }
 }
@@ -159,6 +166,7 @@ pub(super) static STEP3: Format = Format {
     param_close: "</steptml:parameter>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -428,10 +436,17 @@ impl MarkerDriven for TaggedParser {
 impl TaggedParser {
     /// The name tag closed: open the call, or skip the block if the name is unusable.
     fn begin_call(&mut self, sink: &mut CallSink, next: State) -> State {
-        let name = self.name.trim();
+        let mut name = self.name.trim();
         if name.is_empty() {
             sink.error("tool call without a function name");
             return State::Skip;
+        }
+        if self.format.doubled_namespace && self.tools.get(name).is_none() {
+            if let Some((head, tail)) = name.split_once('.') {
+                if head == tail && self.tools.get(head).is_some() {
+                    name = head;
+                }
+            }
         }
         sink.begin_call(name, None);
         // Keep the trimmed name for schema lookups; `key` is free until a parameter opens.
