@@ -186,6 +186,8 @@ const TOOL_CALL: &[ParserInfo] = &[
         &["minimax-m3", "minimax_m3_nom", "minimax-m3-nom"],
     ),
     info("muse", &["muse_glimmer", "musespark"]),
+    info("hy_v4", &[]),
+    info("k2_horizon", &[]),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.

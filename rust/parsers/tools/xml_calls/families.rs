@@ -168,3 +168,40 @@ pub(super) static MUSE: Format = Format {
     doubled_namespace: true,
     tables: OnceLock::new(),
 };
+
+/// Hunyuan v4 (HY v4): the name follows `<tool_call>` directly and runs to the first
+/// `<arg_key>`: `<tool_calls><tool_call>F<arg_key>K</arg_key><arg_value>V</arg_value>
+/// </tool_call></tool_calls>`.
+pub(super) static HY_V4: Format = Format {
+    block_open: "<tool_calls>",
+    block_close: "</tool_calls>",
+    invoke_open: Some("<tool_call>"),
+    head_end: "<arg_key>",
+    invoke_close: "</tool_call>",
+    param_open: "<arg_key>",
+    key_ends: &[("</arg_key>", ValueTyping::Schema)],
+    value_open: Some("<arg_value>"),
+    param_close: "</arg_value>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    doubled_namespace: false,
+    tables: OnceLock::new(),
+};
+
+/// K2 Horizon's IFM tags, laid out like Hunyuan v4's. An `<ifm|arg_type>` tag between a
+/// key and its value is markup: values are typed by the tool's schema.
+pub(super) static K2_HORIZON: Format = Format {
+    block_open: "<ifm|tool_calls>",
+    block_close: "</ifm|tool_calls>",
+    invoke_open: Some("<ifm|tool_call>"),
+    head_end: "<ifm|arg_key>",
+    invoke_close: "</ifm|tool_call>",
+    param_open: "<ifm|arg_key>",
+    key_ends: &[("</ifm|arg_key>", ValueTyping::Schema)],
+    value_open: Some("<ifm|arg_value>"),
+    param_close: "</ifm|arg_value>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    doubled_namespace: false,
+    tables: OnceLock::new(),
+};

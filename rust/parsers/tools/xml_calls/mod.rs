@@ -41,6 +41,8 @@ pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolPar
         "gigachat35" => &families::GIGACHAT35,
         "kimi_k3" => &families::KIMI_K3,
         "muse" => &families::MUSE,
+        "hy_v4" => &families::HY_V4,
+        "k2_horizon" => &families::K2_HORIZON,
         "gemma4" => return Some(Box::new(gemma4::Gemma4Parser::new(tools.clone()))),
         "minimax_m3" => return Some(Box::new(minimax_m3::MinimaxM3Parser::new(tools.clone()))),
         _ => return None,
@@ -116,6 +118,8 @@ mod tests {
         "kimi_k3",
         "minimax_m3",
         "muse",
+        "hy_v4",
+        "k2_horizon",
     ];
 
     /// One `write_file(content=VALUE)` call in each family's syntax.
@@ -163,6 +167,12 @@ mod tests {
             ),
             "minimax_m3" => format!(
                 "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"write_file\">\n]<]minimax[>[<content>{value}]<]minimax[>[</content>\n]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"
+            ),
+            "hy_v4" => format!(
+                "<tool_calls>\n<tool_call>write_file<arg_key>content</arg_key><arg_value>{value}</arg_value></tool_call>\n</tool_calls>"
+            ),
+            "k2_horizon" => format!(
+                "<ifm|tool_calls><ifm|tool_call>write_file<ifm|arg_key>content</ifm|arg_key><ifm|arg_type>string</ifm|arg_type><ifm|arg_value>{value}</ifm|arg_value></ifm|tool_call></ifm|tool_calls>"
             ),
             "muse" => format!(
                 "<atem:function_calls>\n<atem:invoke name=\"write_file\">\n<atem:parameter name=\"content\">{value}</atem:parameter>\n</atem:invoke>\n</atem:function_calls>"

@@ -232,9 +232,14 @@ impl Format {
                 .map(|(m, t)| (*m, Role::KeyEnd(*t)))
                 .collect();
             let head = match self.invoke_open {
-                Some(_) => Legal::new(&[(self.head_end, Role::HeadEnd)]),
-                // GLM: the name runs to the first parameter or the end of the call.
+                // The name runs to the first parameter or the end of the call: GLM
+                // (whose block tag opens the call), or an invoke tag whose name is
+                // followed directly by its first parameter (Hunyuan v4, K2 Horizon).
                 None => Legal::new(&[(self.param_open, Role::ParamOpen), close]),
+                Some(_) if self.head_end == self.param_open => {
+                    Legal::new(&[(self.param_open, Role::ParamOpen), invoke_close])
+                }
+                Some(_) => Legal::new(&[(self.head_end, Role::HeadEnd)]),
             };
             let mut invoke = vec![(self.param_open, Role::ParamOpen), invoke_close];
             if invoke_close != close {
@@ -388,6 +393,10 @@ impl MarkerDriven for TaggedParser {
             (State::Head, Role::BlockClose) => match self.begin_call(sink, State::Invoke) {
                 State::Invoke => self.end_call(sink, State::Text),
                 _ => State::Text,
+            },
+            (State::Head, Role::InvokeClose) => match self.begin_call(sink, State::Invoke) {
+                State::Invoke => self.end_call(sink, State::Block),
+                _ => State::Block,
             },
             (State::Invoke, Role::ParamOpen) => {
                 self.key.clear();
