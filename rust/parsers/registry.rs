@@ -188,6 +188,10 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("muse", &["muse_glimmer", "musespark"]),
     info("hy_v4", &[]),
     info("k2_horizon", &[]),
+    info("cohere_command", &["cohere_command3", "cohere_command4"]),
+    info("gigachat3", &[]),
+    info("lfm2", &[]),
+    info("apertus", &["apertus2509"]),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.

@@ -27,7 +27,7 @@ mod wrapper;
 use std::sync::{Arc, OnceLock};
 
 use pythonic::{ListScan, ListStep};
-use wrapper::{WStep, Wrapper};
+use wrapper::{Keys, WStep, Wrapper};
 
 use crate::parsers::json::{JsonScanner, Scanned};
 use crate::parsers::markers::{MarkerSet, Scan};
@@ -49,9 +49,13 @@ enum Family {
     Longcat,
     Internlm,
     Inkling,
+    Cohere,
+    Gigachat3,
+    Lfm2,
+    Apertus,
 }
 
-const FAMILIES: [(&str, Family); 14] = [
+const FAMILIES: [(&str, Family); 18] = [
     ("hermes", Family::Hermes),
     ("llama3_json", Family::Llama3Json),
     ("mistral", Family::Mistral),
@@ -66,6 +70,10 @@ const FAMILIES: [(&str, Family); 14] = [
     ("longcat", Family::Longcat),
     ("internlm", Family::Internlm),
     ("inkling", Family::Inkling),
+    ("cohere_command", Family::Cohere),
+    ("gigachat3", Family::Gigachat3),
+    ("lfm2", Family::Lfm2),
+    ("apertus", Family::Apertus),
 ];
 
 const DS_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
@@ -117,8 +125,8 @@ struct Spec {
     needs_end: bool,
     /// Where a broken call's markup ends and parsing can resume.
     skip: &'static [&'static str],
-    /// The family's own name for the wrapper's arguments key.
-    args_key: Option<&'static str>,
+    /// How the family spells the call object's keys.
+    keys: Keys,
 }
 
 const fn spec(starts: &'static [&'static str]) -> Spec {
@@ -133,7 +141,11 @@ const fn spec(starts: &'static [&'static str]) -> Spec {
         after: &[],
         needs_end: false,
         skip: &[],
-        args_key: None,
+        keys: Keys {
+            name: None,
+            args: None,
+            keyed: false,
+        },
     }
 }
 
@@ -221,11 +233,48 @@ impl Family {
             Family::Inkling => Spec {
                 after: INKLING_ENDS,
                 skip: INKLING_ENDS,
-                args_key: Some("args"),
+                keys: Keys {
+                    args: Some("args"),
+                    ..Keys::default()
+                },
                 ..spec(&[
                     "<|message_model|><|content_invoke_tool_json|>",
                     "<|content_invoke_tool_json|>",
                 ])
+            },
+            // Cohere Command: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": F,
+            // "parameters": {...}}, ...]<|END_ACTION|>`; the model's counter id is dropped.
+            Family::Cohere => Spec {
+                after: &["<|END_ACTION|>"],
+                skip: &["<|END_ACTION|>"],
+                keys: Keys {
+                    name: Some("tool_name"),
+                    ..Keys::default()
+                },
+                ..spec(&["<|START_ACTION|>"])
+            },
+            // GigaChat 3: one object after `<|function_call|>` (or the plain-text
+            // `function call<|role_sep|>` header), optionally closed by `</s>`.
+            Family::Gigachat3 => Spec {
+                after: &["</s>"],
+                ..spec(&["<|function_call|>", "function call<|role_sep|>\n"])
+            },
+            // LFM2: a pythonic list, or a list of call objects, between its markers.
+            Family::Lfm2 => Spec {
+                after: &["<|tool_call_end|>"],
+                skip: &["<|tool_call_end|>"],
+                ..spec(&["<|tool_call_start|>"])
+            },
+            // Apertus: `<|tools_prefix|>[{"F": {...}}, ...]<|tools_suffix|>`, each call an
+            // object whose one key is the function's name.
+            Family::Apertus => Spec {
+                after: &["<|tools_suffix|>"],
+                skip: &["<|tools_suffix|>"],
+                keys: Keys {
+                    keyed: true,
+                    ..Keys::default()
+                },
+                ..spec(&["<|tools_prefix|>"])
             },
         }
     }
@@ -348,7 +397,7 @@ impl JsonCalls {
             aside: String::new(),
             args: JsonScanner::new(),
             args_started: false,
-            wrapper: Wrapper::new(sets(family).spec.args_key),
+            wrapper: Wrapper::new(sets(family).spec.keys),
             py: ListScan::new(),
             py_text: String::new(),
         }
@@ -459,6 +508,26 @@ impl JsonCalls {
                     return Some(ws);
                 }
                 match bytes[0] {
+                    // LFM2 writes either list: `[name(` is pythonic, `[{` or `[]` is JSON.
+                    b'[' if self.family == Family::Lfm2 => {
+                        let inner = &rest[1..];
+                        let ws = leading_ws(inner);
+                        match inner.as_bytes().get(ws) {
+                            None => None,
+                            Some(b'{' | b']') => {
+                                self.in_list = true;
+                                self.list_first = true;
+                                self.state = State::List;
+                                Some(1)
+                            }
+                            Some(_) => {
+                                self.py.reset();
+                                self.py_text.clear();
+                                self.state = State::Python;
+                                Some(0)
+                            }
+                        }
+                    }
                     b'[' if self.family == Family::Pythonic => {
                         self.py.reset();
                         self.py_text.clear();
@@ -718,7 +787,11 @@ impl JsonCalls {
                                 self.state = State::Text;
                                 return Some(start);
                             }
-                            DS_CALL_END | KIMI_CALL_END => self.state = State::Section,
+                            // LFM2's end marker is spelled like Kimi's call end; only
+                            // sectioned families go back to their section.
+                            DS_CALL_END | KIMI_CALL_END if self.sets.section.is_some() => {
+                                self.state = State::Section
+                            }
                             _ => self.state = State::Text,
                         }
                         Some(end)
