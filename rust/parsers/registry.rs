@@ -122,7 +122,7 @@ const TOOL_CALL: &[ParserInfo] = &[
     ),
     info("llama3_json", &["llama3", "llama4_json", "llama"]),
     info("mistral", &[]),
-    info("pythonic", &["llama4_pythonic", "olmo3"]),
+    info("pythonic", &["llama4_pythonic"]),
     info("deepseek_v3", &["deepseekv3", "deepseek-v3", "deepseek_r1"]),
     info(
         "deepseek_v3_1",
@@ -192,6 +192,7 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("gigachat3", &[]),
     info("lfm2", &[]),
     info("apertus", &["apertus2509"]),
+    info("olmo3", &[]),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.

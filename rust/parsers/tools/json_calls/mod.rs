@@ -21,6 +21,7 @@
 //! - whitespace between a call and what follows it (`;` too for llama3_json) is
 //!   markup, not content.
 
+mod olmo3;
 mod pythonic;
 mod wrapper;
 
@@ -309,6 +310,9 @@ fn sets(family: Family) -> &'static Sets {
 }
 
 pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolParse>> {
+    if family == "olmo3" {
+        return Some(Box::new(olmo3::Olmo3::new()));
+    }
     let (_, family) = FAMILIES.iter().find(|(name, _)| *name == family)?;
     Some(Box::new(JsonCalls::new(*family, tools.clone())))
 }
