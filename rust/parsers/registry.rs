@@ -118,6 +118,7 @@ const TOOL_CALL: &[ParserInfo] = &[
             "ripple",
             "granite4",
             "trinity",
+            "ernie45",
         ],
     ),
     info("llama3_json", &["llama3", "llama4_json", "llama"]),
@@ -193,6 +194,11 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("lfm2", &[]),
     info("apertus", &["apertus2509"]),
     info("olmo3", &[]),
+    info("functiongemma", &["function_gemma"]),
+    info("granite_20b_fc", &["granite-20b-fc"]),
+    info("granite", &["granite3"]),
+    info("xlam", &[]),
+    info("plamo3", &[]),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.

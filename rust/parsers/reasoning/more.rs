@@ -50,13 +50,14 @@ static K2_HORIZON: Family = Family {
     ..think("k2_horizon", true)
 };
 
-/// PLaMo 3: `<|plamo:begin_think:plamo|>…<|plamo:end_think:plamo|>`.
+/// PLaMo 3: `<|plamo:begin_think:plamo|>…<|plamo:end_think:plamo|>`; with thinking on
+/// (vLLM's default) output starts inside reasoning.
 static PLAMO3: Family = Family {
     openers: &["<|plamo:begin_think:plamo|>"],
     closers: &["<|plamo:end_think:plamo|>"],
     own_exits: &["<|plamo:begin_tool_requests:plamo|>"],
     lone_byte_passes: false,
-    ..think("plamo3", false)
+    ..think("plamo3", true)
 };
 
 /// Hunyuan (A13B, HY v3/v4): `<think>` the model writes itself; its `<tool_calls>`

@@ -54,9 +54,13 @@ enum Family {
     Gigachat3,
     Lfm2,
     Apertus,
+    Granite20bFc,
+    Granite,
+    Xlam,
+    Plamo3,
 }
 
-const FAMILIES: [(&str, Family); 18] = [
+const FAMILIES: [(&str, Family); 22] = [
     ("hermes", Family::Hermes),
     ("llama3_json", Family::Llama3Json),
     ("mistral", Family::Mistral),
@@ -75,6 +79,10 @@ const FAMILIES: [(&str, Family); 18] = [
     ("gigachat3", Family::Gigachat3),
     ("lfm2", Family::Lfm2),
     ("apertus", Family::Apertus),
+    ("granite_20b_fc", Family::Granite20bFc),
+    ("granite", Family::Granite),
+    ("xlam", Family::Xlam),
+    ("plamo3", Family::Plamo3),
 ];
 
 const DS_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
@@ -93,6 +101,14 @@ const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
 const MISTRAL_ARGS: &str = "[ARGS]";
 const MISTRAL_CALL_ID: &str = "[CALL_ID]";
 const INKLING_ENDS: &[&str] = &["<|end_message|>", "<|content_model_end_sampling|>"];
+const PLAMO_REQUESTS_BEGIN: &str = "<|plamo:begin_tool_requests:plamo|>";
+const PLAMO_REQUESTS_END: &str = "<|plamo:end_tool_requests:plamo|>";
+const PLAMO_REQUEST_BEGIN: &str = "<|plamo:begin_tool_request:plamo|>";
+const PLAMO_REQUEST_END: &str = "<|plamo:end_tool_request:plamo|>";
+const PLAMO_NAME_BEGIN: &str = "<|plamo:begin_tool_name:plamo|>";
+/// The name's end and the arguments' header, which the template writes together.
+const PLAMO_NAME_END: &str = "<|plamo:end_tool_name:plamo|><|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>";
+const PLAMO_ARGS_END: &str = "<|plamo:end_tool_arguments:plamo|>";
 
 /// Harmony call openers: the full header and the bare channel forms, with the
 /// recipient in the channel or in the role position.
@@ -277,6 +293,33 @@ impl Family {
                 },
                 ..spec(&["<|tools_prefix|>"])
             },
+            // Granite 20B FC: each call object after its own `<function_call>`.
+            Family::Granite20bFc => spec(&["<function_call>"]),
+            // Granite 3.0/3.1: a list of call objects after `<|tool_call|>` (3.0, a
+            // special token) or `<tool_call>` (3.1); the list's `]` ends it.
+            Family::Granite => spec(&["<|tool_call|>", "<tool_call>"]),
+            // xLAM: a list of call objects as the whole output (held as content until a
+            // name proves it), or after `[TOOL_CALLS]`, `<tool_call>` or a ```json fence.
+            Family::Xlam => Spec {
+                bare: Some(b'['),
+                tentative_start: true,
+                after: &["</tool_call>", "```"],
+                ..spec(&["[TOOL_CALLS]", "<tool_call>", "```json"])
+            },
+            // PLaMo 3: `<|plamo:begin_tool_requests:plamo|>`, then per call a request
+            // holding a name and its JSON arguments, then the requests' end.
+            Family::Plamo3 => Spec {
+                section: &[
+                    PLAMO_REQUEST_BEGIN,
+                    PLAMO_NAME_BEGIN,
+                    PLAMO_REQUEST_END,
+                    PLAMO_REQUESTS_END,
+                ],
+                name_end: &[PLAMO_NAME_END],
+                close: &[PLAMO_ARGS_END],
+                skip: &[PLAMO_ARGS_END, PLAMO_REQUESTS_END],
+                ..spec(&[PLAMO_REQUESTS_BEGIN])
+            },
         }
     }
 }
@@ -440,7 +483,7 @@ impl JsonCalls {
 
     fn on_start(&mut self, marker: &'static str) {
         match self.family {
-            Family::DeepseekV3 | Family::DeepseekV31 | Family::KimiK2 => {
+            Family::DeepseekV3 | Family::DeepseekV31 | Family::KimiK2 | Family::Plamo3 => {
                 if marker == DS_CALL_BEGIN || marker == KIMI_CALL_BEGIN {
                     self.enter_name();
                 } else {
@@ -664,9 +707,12 @@ impl JsonCalls {
                         marker,
                     } => {
                         let marker = section.marker(marker);
-                        if marker == DS_CALL_BEGIN || marker == KIMI_CALL_BEGIN {
+                        if marker == DS_CALL_BEGIN
+                            || marker == KIMI_CALL_BEGIN
+                            || marker == PLAMO_NAME_BEGIN
+                        {
                             self.enter_name();
-                        } else {
+                        } else if marker != PLAMO_REQUEST_BEGIN && marker != PLAMO_REQUEST_END {
                             self.state = State::Text;
                         }
                         Some(end)
@@ -793,7 +839,9 @@ impl JsonCalls {
                             }
                             // LFM2's end marker is spelled like Kimi's call end; only
                             // sectioned families go back to their section.
-                            DS_CALL_END | KIMI_CALL_END if self.sets.section.is_some() => {
+                            DS_CALL_END | KIMI_CALL_END | PLAMO_ARGS_END
+                                if self.sets.section.is_some() =>
+                            {
                                 self.state = State::Section
                             }
                             _ => self.state = State::Text,

@@ -43,7 +43,18 @@ pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolPar
         "muse" => &families::MUSE,
         "hy_v4" => &families::HY_V4,
         "k2_horizon" => &families::K2_HORIZON,
-        "gemma4" => return Some(Box::new(gemma4::Gemma4Parser::new(tools.clone()))),
+        "gemma4" => {
+            return Some(Box::new(gemma4::Gemma4Parser::new(
+                &gemma4::GEMMA4,
+                tools.clone(),
+            )))
+        }
+        "functiongemma" => {
+            return Some(Box::new(gemma4::Gemma4Parser::new(
+                &gemma4::FUNCTION_GEMMA,
+                tools.clone(),
+            )))
+        }
         "minimax_m3" => return Some(Box::new(minimax_m3::MinimaxM3Parser::new(tools.clone()))),
         _ => return None,
     };
@@ -120,6 +131,7 @@ mod tests {
         "muse",
         "hy_v4",
         "k2_horizon",
+        "functiongemma",
     ];
 
     /// One `write_file(content=VALUE)` call in each family's syntax.
@@ -167,6 +179,9 @@ mod tests {
             ),
             "minimax_m3" => format!(
                 "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"write_file\">\n]<]minimax[>[<content>{value}]<]minimax[>[</content>\n]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"
+            ),
+            "functiongemma" => format!(
+                "<start_function_call>call:write_file{{content:<escape>{value}<escape>}}<end_function_call>"
             ),
             "hy_v4" => format!(
                 "<tool_calls>\n<tool_call>write_file<arg_key>content</arg_key><arg_value>{value}</arg_value></tool_call>\n</tool_calls>"
@@ -267,7 +282,7 @@ mod tests {
         // its whole text), MiniMax-M3 a whole invoke.
         for family in FAMILIES
             .iter()
-            .filter(|f| !matches!(**f, "gemma4" | "minimax_m3" | "muse"))
+            .filter(|f| !matches!(**f, "gemma4" | "functiongemma" | "minimax_m3" | "muse"))
         {
             let text = call_text(family, "abc\ndef\n");
             let cut = text.find("def").unwrap() + 2;
