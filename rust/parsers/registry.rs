@@ -199,6 +199,7 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("granite", &["granite3"]),
     info("xlam", &[]),
     info("plamo3", &[]),
+    info("minicpm5", &[]),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.

@@ -205,3 +205,21 @@ pub(super) static K2_HORIZON: Format = Format {
     doubled_namespace: false,
     tables: OnceLock::new(),
 };
+
+/// MiniCPM5: `<function name="F"><param name="K">V</param></function>`, one tag per
+/// call. A `<![CDATA[…]]>` wrapper around a value is kept as written.
+pub(super) static MINICPM5: Format = Format {
+    block_open: "<function name=\"",
+    block_close: "</function>",
+    invoke_open: None,
+    head_end: "\">",
+    invoke_close: "</function>",
+    param_open: "<param name=\"",
+    key_ends: SCHEMA_TYPED,
+    value_open: None,
+    param_close: "</param>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    doubled_namespace: false,
+    tables: OnceLock::new(),
+};

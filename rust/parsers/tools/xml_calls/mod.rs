@@ -43,6 +43,7 @@ pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolPar
         "muse" => &families::MUSE,
         "hy_v4" => &families::HY_V4,
         "k2_horizon" => &families::K2_HORIZON,
+        "minicpm5" => &families::MINICPM5,
         "gemma4" => {
             return Some(Box::new(gemma4::Gemma4Parser::new(
                 &gemma4::GEMMA4,
@@ -132,6 +133,7 @@ mod tests {
         "hy_v4",
         "k2_horizon",
         "functiongemma",
+        "minicpm5",
     ];
 
     /// One `write_file(content=VALUE)` call in each family's syntax.
@@ -182,6 +184,9 @@ mod tests {
             ),
             "functiongemma" => format!(
                 "<start_function_call>call:write_file{{content:<escape>{value}<escape>}}<end_function_call>"
+            ),
+            "minicpm5" => format!(
+                "<function name=\"write_file\"><param name=\"content\">{value}</param></function>"
             ),
             "hy_v4" => format!(
                 "<tool_calls>\n<tool_call>write_file<arg_key>content</arg_key><arg_value>{value}</arg_value></tool_call>\n</tool_calls>"

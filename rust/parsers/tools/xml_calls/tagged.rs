@@ -53,6 +53,7 @@ pub(super) struct Format {
     pub(super) block_close: &'static str,
     /// `None` when the name follows the block marker directly (GLM).
     pub(super) invoke_open: Option<&'static str>,
+    /// The end of the name tag; without `invoke_open`, a suffix trimmed from the name.
     pub(super) head_end: &'static str,
     pub(super) invoke_close: &'static str,
     pub(super) param_open: &'static str,
@@ -446,6 +447,13 @@ impl TaggedParser {
     /// The name tag closed: open the call, or skip the block if the name is unusable.
     fn begin_call(&mut self, sink: &mut CallSink, next: State) -> State {
         let mut name = self.name.trim();
+        if self.format.invoke_open.is_none() {
+            // A block tag that opens the call may end its name with `head_end` (MiniCPM5's `">`).
+            name = name
+                .strip_suffix(self.format.head_end)
+                .unwrap_or(name)
+                .trim();
+        }
         if name.is_empty() {
             sink.error("tool call without a function name");
             return State::Skip;
