@@ -215,3 +215,21 @@ def test_malformed_call_is_state_not_exception() -> None:
     assert message.tool_calls == []
     assert len(message.errors) == 1 and message.errors[0]["index"] == 0
     json.dumps(message.errors)
+
+
+def test_force_reasoning_is_in_reasoning_under_sglangs_name() -> None:
+    for options in ({"force_reasoning": True}, {"in_reasoning": True}):
+        message = parse("plan</seed:think>Hi", reasoning="seed_oss", **options)
+        assert (message.reasoning_content, message.content) == ("plan", "Hi")
+    # An explicit in_reasoning wins over force_reasoning.
+    message = parse("Hi", reasoning="seed_oss", force_reasoning=True, in_reasoning=False)
+    assert (message.reasoning_content, message.content) == (None, "Hi")
+
+
+def test_thinking_off_through_every_constructor() -> None:
+    text = "<think>plan</think>Hi"
+    assert parse(text, reasoning="deepseek_r1", thinking=False).content == text
+    streamed = ChatParser(reasoning="deepseek_r1", thinking=False)
+    assert (streamed.feed(text).content or "") + (streamed.finish().content or "") == text
+    alone = ReasoningParser("nemotron_v3", force_nonempty_content=True)
+    assert (alone.feed(text).content or "") + (alone.finish().content or "") == text

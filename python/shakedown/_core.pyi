@@ -36,7 +36,15 @@ class Delta:
 
 @final
 class ReasoningParser:
-    def __new__(cls, name: str, *, in_reasoning: bool | None = None) -> ReasoningParser: ...
+    def __new__(
+        cls,
+        name: str,
+        *,
+        in_reasoning: bool | None = None,
+        thinking: bool | None = None,
+        force_reasoning: bool = False,
+        force_nonempty_content: bool = False,
+    ) -> ReasoningParser: ...
     def feed(self, text: str) -> Delta: ...
     def finish(self) -> Delta: ...
 
@@ -64,6 +72,9 @@ class ChatParser:
         tools: list[dict[str, Any]] | None = None,
         stream_arguments: bool = True,
         in_reasoning: bool | None = None,
+        thinking: bool | None = None,
+        force_reasoning: bool = False,
+        force_nonempty_content: bool = False,
     ) -> ChatParser: ...
     def feed(self, text: str) -> Delta: ...
     def finish(self) -> Delta: ...
@@ -99,6 +110,9 @@ def parse(
     tool_call: str | None = None,
     tools: list[dict[str, Any]] | None = None,
     in_reasoning: bool | None = None,
+    thinking: bool | None = None,
+    force_reasoning: bool = False,
+    force_nonempty_content: bool = False,
 ) -> Message: ...
 def reasoning_parsers() -> list[tuple[str, list[str]]]: ...
 def tool_call_parsers() -> list[tuple[str, list[str]]]: ...

@@ -148,11 +148,20 @@ pub struct ReasoningParser {
 #[pymethods]
 impl ReasoningParser {
     #[new]
-    #[pyo3(signature = (name, *, in_reasoning=None))]
-    fn new(py: Python<'_>, name: &str, in_reasoning: Option<bool>) -> PyResult<Self> {
+    #[pyo3(signature = (name, *, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false))]
+    fn new(
+        py: Python<'_>,
+        name: &str,
+        in_reasoning: Option<bool>,
+        thinking: Option<bool>,
+        force_reasoning: bool,
+        force_nonempty_content: bool,
+    ) -> PyResult<Self> {
         let options = ChatOptions {
             reasoning: Some(name.to_owned()),
-            in_reasoning,
+            in_reasoning: starts_inside(in_reasoning, force_reasoning),
+            thinking,
+            force_nonempty_content,
             ..ChatOptions::default()
         };
         Ok(Self {
@@ -219,7 +228,8 @@ pub struct ChatParser {
 #[pymethods]
 impl ChatParser {
     #[new]
-    #[pyo3(signature = (*, reasoning=None, tool_call=None, tools=None, stream_arguments=true, in_reasoning=None))]
+    #[pyo3(signature = (*, reasoning=None, tool_call=None, tools=None, stream_arguments=true, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         reasoning: Option<&str>,
@@ -227,13 +237,18 @@ impl ChatParser {
         tools: Option<&Bound<'_, PyAny>>,
         stream_arguments: bool,
         in_reasoning: Option<bool>,
+        thinking: Option<bool>,
+        force_reasoning: bool,
+        force_nonempty_content: bool,
     ) -> PyResult<Self> {
         let options = ChatOptions {
             reasoning: reasoning.map(str::to_owned),
             tool_call: tool_call.map(str::to_owned),
             tools: tools_from_py(py, tools)?,
             stream_arguments,
-            in_reasoning,
+            in_reasoning: starts_inside(in_reasoning, force_reasoning),
+            thinking,
+            force_nonempty_content,
             reference_streaming: false,
         };
         Ok(Self {
@@ -323,9 +338,15 @@ impl Message {
     }
 }
 
+/// SGLang's `force_reasoning` is `in_reasoning=True` under another name.
+fn starts_inside(in_reasoning: Option<bool>, force_reasoning: bool) -> Option<bool> {
+    in_reasoning.or(force_reasoning.then_some(true))
+}
+
 /// Parse a whole output at once; equal to the concatenation of any streamed run.
 #[pyfunction]
-#[pyo3(signature = (text, *, reasoning=None, tool_call=None, tools=None, in_reasoning=None))]
+#[pyo3(signature = (text, *, reasoning=None, tool_call=None, tools=None, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false))]
+#[allow(clippy::too_many_arguments)]
 fn parse(
     py: Python<'_>,
     text: &str,
@@ -333,13 +354,18 @@ fn parse(
     tool_call: Option<&str>,
     tools: Option<&Bound<'_, PyAny>>,
     in_reasoning: Option<bool>,
+    thinking: Option<bool>,
+    force_reasoning: bool,
+    force_nonempty_content: bool,
 ) -> PyResult<Message> {
     let options = ChatOptions {
         reasoning: reasoning.map(str::to_owned),
         tool_call: tool_call.map(str::to_owned),
         tools: tools_from_py(py, tools)?,
         stream_arguments: false,
-        in_reasoning,
+        in_reasoning: starts_inside(in_reasoning, force_reasoning),
+        thinking,
+        force_nonempty_content,
         reference_streaming: false,
     };
     let (inner, errors) =

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use super::registry::{new_reasoning_parser, new_tool_parser, UnknownParser};
+use super::options::reasoning_off;
+use super::registry::{canonical_reasoning, new_reasoning_parser, new_tool_parser, UnknownParser};
 use super::{CallSink, Delta, Message, ParseError, ReasoningParse, ToolParse, Tools};
 
 pub struct ChatParser {
@@ -22,6 +23,10 @@ pub struct ChatOptions {
     pub tools: Arc<Tools>,
     pub stream_arguments: bool,
     pub in_reasoning: Option<bool>,
+    /// The request switched thinking on or off (see [`super::options`]).
+    pub thinking: Option<bool>,
+    /// Nemotron's `force_nonempty_content` (see [`super::options`]).
+    pub force_nonempty_content: bool,
     /// Reproduce Dynamo 1.6.1's streaming exactly, quirks included: its `<think>`
     /// parsers release a lone `<` that ends a longer piece of content, so the
     /// result then depends on how the text was cut. Only the pipeline sets this,
@@ -37,12 +42,27 @@ impl ChatParser {
         };
         let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
         let reasoning = match &options.reasoning {
-            Some(name) => Some(new_reasoning_parser(
-                name,
-                options.in_reasoning,
-                exit_markers,
-                options.reference_streaming,
-            )?),
+            Some(name)
+                if reasoning_off(
+                    canonical_reasoning(name)?,
+                    options.thinking,
+                    options.force_nonempty_content,
+                ) =>
+            {
+                None
+            }
+            Some(name) => {
+                // Thinking off: the template did not open reasoning.
+                let in_reasoning = options
+                    .in_reasoning
+                    .or((options.thinking == Some(false)).then_some(false));
+                Some(new_reasoning_parser(
+                    name,
+                    in_reasoning,
+                    exit_markers,
+                    options.reference_streaming,
+                )?)
+            }
             None => None,
         };
         Ok(Self {

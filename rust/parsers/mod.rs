@@ -9,6 +9,7 @@ pub mod calls;
 pub mod chat;
 pub mod json;
 pub mod markers;
+pub mod options;
 pub mod reasoning;
 pub mod registry;
 pub mod schema;

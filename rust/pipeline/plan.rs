@@ -45,6 +45,10 @@ pub struct ResponsePlan {
     pub tools: Arc<Tools>,
     /// The chat template already opened reasoning.
     pub in_reasoning: Option<bool>,
+    /// The request's thinking switch and Nemotron's `force_nonempty_content`, from
+    /// its `chat_template_args` (see `parsers::options`).
+    pub thinking: Option<bool>,
+    pub force_nonempty_content: bool,
     /// The id the response ids are built from (`chatcmpl-<request_id>`).
     pub request_id: String,
     /// How the request constrained tool use; `Required`/`Named` drop non-tool text.

@@ -17,6 +17,8 @@ use super::request::{
     ResponseFormat, Stop, Tool, ToolChoice,
 };
 use super::template::ChatTemplate;
+use crate::parsers::options::{force_nonempty_content_from_args, thinking_from_args};
+use crate::parsers::reasoning::prompt_opens_reasoning;
 use crate::parsers::Tools;
 
 /// Tool-call parsers whose markers are special tokens the detokenizer must keep:
@@ -296,10 +298,16 @@ impl Preprocessor {
         } else {
             None
         };
-        let in_reasoning = prompt
-            .as_deref()
-            .is_some_and(|p| p.trim_end().ends_with("<think>"))
+        // The template opened the family's reasoning (`<think>`, `[THINK]`, ...) at the
+        // end of the prompt: the output starts inside it.
+        let reasoning_family = self.card.reasoning_parser.as_deref();
+        let in_reasoning = reasoning_family
+            .zip(prompt.as_deref())
+            .is_some_and(|(family, p)| prompt_opens_reasoning(family, p))
             .then_some(true);
+        let template_args = request.chat_template_args.as_ref();
+        let thinking = reasoning_family.and_then(|f| thinking_from_args(f, template_args));
+        let force_nonempty_content = force_nonempty_content_from_args(template_args);
         let stream = f.stream == Some(true);
         let plan = ResponsePlan {
             surface: Surface::Chat,
@@ -327,6 +335,8 @@ impl Preprocessor {
                 Tools::default()
             }),
             in_reasoning,
+            thinking,
+            force_nonempty_content,
             request_id: request_id.to_owned(),
             tool_choice,
             parallel_tool_calls: f.parallel_tool_calls != Some(false),
@@ -417,6 +427,8 @@ impl Preprocessor {
             tool_call_parser: None,
             tools: Arc::new(Tools::default()),
             in_reasoning: None,
+            thinking: None,
+            force_nonempty_content: false,
             request_id: request_id.to_owned(),
             tool_choice: ToolChoiceMode::None,
             parallel_tool_calls: true,

@@ -80,6 +80,8 @@ impl ResponseState {
             tools: plan.tools.clone(),
             stream_arguments: false,
             in_reasoning: plan.in_reasoning,
+            thinking: plan.thinking,
+            force_nonempty_content: plan.force_nonempty_content,
             reference_streaming: true,
         });
         // Surface an unknown name now rather than on the first frame.

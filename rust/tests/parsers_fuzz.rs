@@ -115,6 +115,8 @@ proptest! {
             tools: Arc::new(Tools::from_json(TOOLS.as_bytes()).unwrap()),
             stream_arguments: false,
             in_reasoning: None,
+            thinking: None,
+            force_nonempty_content: false,
             reference_streaming: false,
         };
         let streamed = run(&options, &pieces);

@@ -60,6 +60,10 @@ fn cases() -> Vec<Case> {
                 tools: Arc::new(tools),
                 stream_arguments: false,
                 in_reasoning: pick("in_reasoning").and_then(|v| v.as_bool()),
+                thinking: pick("thinking").and_then(|v| v.as_bool()),
+                force_nonempty_content: pick("force_nonempty_content")
+                    .and_then(|v| v.as_bool())
+                    .unwrap_or(false),
                 reference_streaming: false,
             };
             out.push(Case {

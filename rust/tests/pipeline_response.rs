@@ -96,6 +96,8 @@ fn plan_of(fixture: &Value) -> ResponsePlan {
         tool_call_parser: name(&p["tool_call_parser"]),
         tools: Arc::new(tools),
         in_reasoning: None,
+        thinking: None,
+        force_nonempty_content: false,
         request_id: "00000000-0000-4000-8000-000000000000".into(),
         tool_choice: match &p["tool_choice"] {
             Value::String(s) if s == "none" => ToolChoiceMode::None,

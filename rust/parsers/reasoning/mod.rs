@@ -182,6 +182,17 @@ pub fn build(
     }
 }
 
+/// Whether a rendered prompt ends by opening `family`'s reasoning (the chat template
+/// injected the opener), so the output starts inside it.
+pub fn prompt_opens_reasoning(family: &str, prompt: &str) -> bool {
+    let prompt = prompt.trim_end();
+    delimited_family(family).is_some_and(|f| {
+        f.openers
+            .iter()
+            .any(|opener| prompt.ends_with(opener.trim_end()))
+    })
+}
+
 /// The configuration of a delimited family.
 fn delimited_family(family: &str) -> Option<&'static Family> {
     Some(match family {
