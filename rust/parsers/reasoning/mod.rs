@@ -7,9 +7,9 @@
 //! lacks follow the model's chat template: kimi_k3's prompt opens the think
 //! channel, deepseek_v4 and minimax_m3 leave it to `in_reasoning`.
 
+mod added;
 mod delimited;
 mod harmony;
-mod more;
 mod muse;
 
 use delimited::{Delimited, Family};
@@ -212,7 +212,7 @@ fn delimited_family(family: &str) -> Option<&'static Family> {
         "minimax_m3" => &MINIMAX_M3,
         "gemma4" => &GEMMA4,
         "basic" => &BASIC,
-        _ => return more::family(family),
+        _ => return added::family(family),
     })
 }
 

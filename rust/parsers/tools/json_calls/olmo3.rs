@@ -3,10 +3,11 @@
 //! closes, with the pythonic list converter; a block that does not convert is reported
 //! and dropped, one that never closes likewise.
 
+use std::sync::OnceLock;
+
 use super::pythonic::convert_list;
 use crate::parsers::markers::{Held, MarkerSet, Scan};
 use crate::parsers::{CallSink, ToolParse};
-use std::sync::OnceLock;
 
 const OPEN: &str = "<function_calls>";
 const CLOSE: &str = "</function_calls>";

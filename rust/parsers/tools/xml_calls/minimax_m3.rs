@@ -17,6 +17,7 @@
 //! seen value into a list, so partial arguments would not be prefix-stable); an
 //! element that is malformed or never closed ends the arguments before it.
 
+use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value};
@@ -285,7 +286,7 @@ fn object(elements: Vec<(&str, Element<'_>)>, schema: Option<&Value>) -> Value {
     let properties = schema.and_then(|s| s.get("properties"));
     let additional = schema.and_then(|s| s.get("additionalProperties"));
     let mut map = Map::new();
-    let mut repeated: Vec<&str> = Vec::new();
+    let mut repeated: HashSet<&str> = HashSet::new();
     for (name, element) in elements {
         let child_schema = properties.and_then(|p| p.get(name)).or(additional);
         let value = convert(element, child_schema);
@@ -293,11 +294,11 @@ fn object(elements: Vec<(&str, Element<'_>)>, schema: Option<&Value>) -> Value {
             None => {
                 map.insert(name.to_owned(), value);
             }
-            Some(Value::Array(items)) if repeated.contains(&name) => items.push(value),
+            Some(Value::Array(items)) if repeated.contains(name) => items.push(value),
             Some(existing) => {
                 let first = existing.take();
                 *existing = Value::Array(vec![first, value]);
-                repeated.push(name);
+                repeated.insert(name);
             }
         }
     }

@@ -1,6 +1,7 @@
-//! Delimited families that Dynamo 1.6.1 lacks and vLLM or SGLang register. Where the
-//! two disagree on a forced start, the model's chat template decides: a template that
-//! opens reasoning in the prompt makes the family forced.
+//! Delimited families added so that every reasoning parser name Dynamo 1.6.1, vLLM
+//! 0.34 and SGLang 0.5.23 register has one. Where the servers disagree on a forced
+//! start, the model's chat template decides: a template that opens reasoning in the
+//! prompt makes the family forced.
 
 use super::delimited::Family;
 use super::think;
