@@ -21,6 +21,7 @@ class Case:
     in_reasoning: bool | None = None
     thinking: bool | None = None
     force_nonempty_content: bool = False
+    dialect: str = "dynamo"
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -44,6 +45,7 @@ def load_cases() -> list[Case]:
                     in_reasoning=pick("in_reasoning"),
                     thinking=pick("thinking"),
                     force_nonempty_content=bool(pick("force_nonempty_content")),
+                    dialect=pick("dialect") or "dynamo",
                 )
                 case.options = {
                     "reasoning": case.reasoning,
@@ -52,6 +54,7 @@ def load_cases() -> list[Case]:
                     "in_reasoning": case.in_reasoning,
                     "thinking": case.thinking,
                     "force_nonempty_content": case.force_nonempty_content,
+                    "dialect": case.dialect,
                 }
                 cases.append(case)
     return cases

@@ -14,6 +14,10 @@ on or off: off turns reasoning parsing off for the families Dynamo gates, Kimi K
 Nemotron 3, DeepSeek R1/V3/V4 and Gemma 4, and otherwise means output starts outside
 reasoning) and ``force_nonempty_content`` (Nemotron 3's switch, which Dynamo reads as
 reasoning off).
+
+``dialect="dynamo"`` (the default), ``"vllm"`` or ``"sglang"`` reproduces that server
+where they read the same output differently: tool-call ids, values no schema types,
+and whether a request can switch reasoning parsing off (docs/parsers.md, Dialects).
 """
 
 from shakedown._core import (

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::errors::{shakedown_error, unknown_parser};
-use crate::parsers::{self, chat::ChatOptions, Tools};
+use crate::parsers::{self, chat::ChatOptions, dialect::Dialect, Tools};
 
 fn none_if_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
@@ -148,7 +149,7 @@ pub struct ReasoningParser {
 #[pymethods]
 impl ReasoningParser {
     #[new]
-    #[pyo3(signature = (name, *, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false))]
+    #[pyo3(signature = (name, *, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo"))]
     fn new(
         py: Python<'_>,
         name: &str,
@@ -156,12 +157,14 @@ impl ReasoningParser {
         thinking: Option<bool>,
         force_reasoning: bool,
         force_nonempty_content: bool,
+        dialect: &str,
     ) -> PyResult<Self> {
         let options = ChatOptions {
             reasoning: Some(name.to_owned()),
             in_reasoning: starts_inside(in_reasoning, force_reasoning),
             thinking,
             force_nonempty_content,
+            dialect: dialect_from(dialect)?,
             ..ChatOptions::default()
         };
         Ok(Self {
@@ -187,17 +190,19 @@ pub struct ToolCallParser {
 #[pymethods]
 impl ToolCallParser {
     #[new]
-    #[pyo3(signature = (name, *, tools=None, stream_arguments=true))]
+    #[pyo3(signature = (name, *, tools=None, stream_arguments=true, dialect="dynamo"))]
     fn new(
         py: Python<'_>,
         name: &str,
         tools: Option<&Bound<'_, PyAny>>,
         stream_arguments: bool,
+        dialect: &str,
     ) -> PyResult<Self> {
         let options = ChatOptions {
             tool_call: Some(name.to_owned()),
             tools: tools_from_py(py, tools)?,
             stream_arguments,
+            dialect: dialect_from(dialect)?,
             ..ChatOptions::default()
         };
         Ok(Self {
@@ -228,7 +233,7 @@ pub struct ChatParser {
 #[pymethods]
 impl ChatParser {
     #[new]
-    #[pyo3(signature = (*, reasoning=None, tool_call=None, tools=None, stream_arguments=true, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false))]
+    #[pyo3(signature = (*, reasoning=None, tool_call=None, tools=None, stream_arguments=true, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -240,6 +245,7 @@ impl ChatParser {
         thinking: Option<bool>,
         force_reasoning: bool,
         force_nonempty_content: bool,
+        dialect: &str,
     ) -> PyResult<Self> {
         let options = ChatOptions {
             reasoning: reasoning.map(str::to_owned),
@@ -249,6 +255,7 @@ impl ChatParser {
             in_reasoning: starts_inside(in_reasoning, force_reasoning),
             thinking,
             force_nonempty_content,
+            dialect: dialect_from(dialect)?,
             reference_streaming: false,
         };
         Ok(Self {
@@ -338,6 +345,12 @@ impl Message {
     }
 }
 
+/// `dynamo` (the default), `vllm` or `sglang`; anything else is a `ValueError`.
+fn dialect_from(name: &str) -> PyResult<Dialect> {
+    name.parse()
+        .map_err(|e: parsers::dialect::UnknownDialect| PyValueError::new_err(e.to_string()))
+}
+
 /// SGLang's `force_reasoning` is `in_reasoning=True` under another name.
 fn starts_inside(in_reasoning: Option<bool>, force_reasoning: bool) -> Option<bool> {
     in_reasoning.or(force_reasoning.then_some(true))
@@ -345,7 +358,7 @@ fn starts_inside(in_reasoning: Option<bool>, force_reasoning: bool) -> Option<bo
 
 /// Parse a whole output at once; equal to the concatenation of any streamed run.
 #[pyfunction]
-#[pyo3(signature = (text, *, reasoning=None, tool_call=None, tools=None, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false))]
+#[pyo3(signature = (text, *, reasoning=None, tool_call=None, tools=None, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo"))]
 #[allow(clippy::too_many_arguments)]
 fn parse(
     py: Python<'_>,
@@ -357,6 +370,7 @@ fn parse(
     thinking: Option<bool>,
     force_reasoning: bool,
     force_nonempty_content: bool,
+    dialect: &str,
 ) -> PyResult<Message> {
     let options = ChatOptions {
         reasoning: reasoning.map(str::to_owned),
@@ -366,6 +380,7 @@ fn parse(
         in_reasoning: starts_inside(in_reasoning, force_reasoning),
         thinking,
         force_nonempty_content,
+        dialect: dialect_from(dialect)?,
         reference_streaming: false,
     };
     let (inner, errors) =

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use super::options::reasoning_off;
+use super::dialect::Dialect;
+use super::options::{empty_content_gets_reasoning, reasoning_off};
 use super::registry::{canonical_reasoning, new_reasoning_parser, new_tool_parser, UnknownParser};
 use super::{CallSink, Delta, Message, ParseError, ReasoningParse, ToolParse, Tools};
 
@@ -13,6 +14,11 @@ pub struct ChatParser {
     sink: CallSink,
     /// Reasoning stage output, reused across feeds.
     staged: Delta,
+    /// The reasoning so far, kept when an empty reply's content is to get it at the end
+    /// (Nemotron in the vLLM and SGLang dialects).
+    fallback: Option<String>,
+    /// Some content other than whitespace, or a call, has been released.
+    answered: bool,
 }
 
 /// Options shared by every way of building a [`ChatParser`].
@@ -27,6 +33,8 @@ pub struct ChatOptions {
     pub thinking: Option<bool>,
     /// Nemotron's `force_nonempty_content` (see [`super::options`]).
     pub force_nonempty_content: bool,
+    /// Whose behaviour to reproduce where the servers differ.
+    pub dialect: Dialect,
     /// Reproduce Dynamo 1.6.1's streaming exactly, quirks included: its `<think>`
     /// parsers release a lone `<` that ends a longer piece of content, so the
     /// result then depends on how the text was cut. Only the pipeline sets this,
@@ -36,21 +44,35 @@ pub struct ChatOptions {
 
 impl ChatParser {
     pub fn new(options: &ChatOptions) -> Result<Self, UnknownParser> {
+        let dialect = options.dialect;
+        let schema_tools = if dialect.untyped_values_are_text() {
+            Arc::new(options.tools.with_untyped_values_as_text())
+        } else {
+            options.tools.clone()
+        };
         let tools = match &options.tool_call {
-            Some(name) => Some(new_tool_parser(name, options.tools.clone())?),
+            Some(name) => Some(new_tool_parser(name, schema_tools)?),
             None => None,
         };
         let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
+        let family = options
+            .reasoning
+            .as_deref()
+            .map(canonical_reasoning)
+            .transpose()?;
+        let switched = |f: &str| reasoning_off(f, options.thinking, options.force_nonempty_content);
+        let fallback = family
+            .filter(|f| {
+                !dialect.gates_reasoning()
+                    && empty_content_gets_reasoning(
+                        f,
+                        options.thinking,
+                        options.force_nonempty_content,
+                    )
+            })
+            .map(|_| String::new());
         let reasoning = match &options.reasoning {
-            Some(name)
-                if reasoning_off(
-                    canonical_reasoning(name)?,
-                    options.thinking,
-                    options.force_nonempty_content,
-                ) =>
-            {
-                None
-            }
+            Some(_) if dialect.gates_reasoning() && family.is_some_and(switched) => None,
             Some(name) => {
                 // Thinking off: the template did not open reasoning.
                 let in_reasoning = options
@@ -68,8 +90,10 @@ impl ChatParser {
         Ok(Self {
             reasoning,
             tools,
-            sink: CallSink::new(options.stream_arguments),
+            sink: CallSink::with_dialect(options.stream_arguments, dialect),
             staged: Delta::default(),
+            fallback,
+            answered: false,
         })
     }
 
@@ -79,6 +103,7 @@ impl ChatParser {
             Some(reasoning) => {
                 self.staged.clear();
                 reasoning.feed(text, &mut self.staged);
+                self.keep_reasoning();
                 out.reasoning.push_str(&self.staged.reasoning);
                 let content = std::mem::take(&mut self.staged.content);
                 self.content(&content, out);
@@ -88,18 +113,33 @@ impl ChatParser {
         }
     }
 
+    fn keep_reasoning(&mut self) {
+        if let Some(kept) = self.fallback.as_mut() {
+            kept.push_str(&self.staged.reasoning);
+        }
+    }
+
     /// End of output: everything held is released to `out`.
     pub fn finish(&mut self, out: &mut Delta) {
         if let Some(reasoning) = self.reasoning.as_mut() {
             self.staged.clear();
             reasoning.finish(&mut self.staged);
+            self.keep_reasoning();
             out.reasoning.push_str(&self.staged.reasoning);
             let content = std::mem::take(&mut self.staged.content);
             self.content(&content, out);
         }
         if let Some(tools) = self.tools.as_mut() {
+            let (content_at, calls_at) = (out.content.len(), out.calls.len());
             tools.finish(&mut self.sink);
             self.sink.drain_into(out);
+            self.note_answer(out, content_at, calls_at);
+        }
+        // vLLM's streaming fallback: an empty reply repeats its reasoning as content.
+        if let Some(kept) = self.fallback.take() {
+            if !self.answered {
+                out.content.push_str(&kept);
+            }
         }
     }
 
@@ -107,6 +147,7 @@ impl ChatParser {
         if text.is_empty() {
             return;
         }
+        let (content_at, calls_at) = (out.content.len(), out.calls.len());
         match self.tools.as_mut() {
             Some(tools) => {
                 tools.feed(text, &mut self.sink);
@@ -114,6 +155,12 @@ impl ChatParser {
             }
             None => out.content.push_str(text),
         }
+        self.note_answer(out, content_at, calls_at);
+    }
+
+    /// Whether what `out` gained since `content_at` / `calls_at` answers the request.
+    fn note_answer(&mut self, out: &Delta, content_at: usize, calls_at: usize) {
+        self.answered |= out.calls.len() > calls_at || !out.content[content_at..].trim().is_empty();
     }
 
     pub fn errors(&self) -> &[ParseError] {

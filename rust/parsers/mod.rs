@@ -7,6 +7,7 @@
 
 pub mod calls;
 pub mod chat;
+pub mod dialect;
 pub mod json;
 pub mod markers;
 pub mod options;

@@ -74,6 +74,17 @@ pub fn reasoning_off(family: &str, thinking: Option<bool>, force_nonempty_conten
         .is_some_and(|g| thinking == Some(false) || g.nonempty_content && force_nonempty_content)
 }
 
+/// Where the vLLM and SGLang dialects keep parsing: whether an empty reply's content
+/// gets the reasoning at the end (their Nemotron 3 fallback for thinking off or
+/// `force_nonempty_content`).
+pub fn empty_content_gets_reasoning(
+    family: &str,
+    thinking: Option<bool>,
+    force_nonempty_content: bool,
+) -> bool {
+    family == "nemotron_v3" && (thinking == Some(false) || force_nonempty_content)
+}
+
 /// The thinking switch a request's `chat_template_args` set for a reasoning family:
 /// the family's own keys when Dynamo gates it, `enable_thinking` or `thinking` otherwise.
 pub fn thinking_from_args(family: &str, args: Option<&Map<String, Value>>) -> Option<bool> {

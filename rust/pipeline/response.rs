@@ -14,6 +14,7 @@ use super::frames::{parse_frame, EngineOutput, Frame};
 use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
 use crate::parsers::chat::ChatOptions;
+use crate::parsers::dialect::Dialect;
 use crate::parsers::{ChatParser, Delta, UnknownParser};
 
 /// The message Dynamo shows for any engine failure (the engine's own text stays inside).
@@ -82,6 +83,8 @@ impl ResponseState {
             in_reasoning: plan.in_reasoning,
             thinking: plan.thinking,
             force_nonempty_content: plan.force_nonempty_content,
+            // The pipeline is Dynamo's.
+            dialect: Dialect::Dynamo,
             reference_streaming: true,
         });
         // Surface an unknown name now rather than on the first frame.

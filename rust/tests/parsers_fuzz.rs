@@ -117,6 +117,7 @@ proptest! {
             in_reasoning: None,
             thinking: None,
             force_nonempty_content: false,
+            dialect: Default::default(),
             reference_streaming: false,
         };
         let streamed = run(&options, &pieces);

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use _core::parsers::chat::{parse, ChatOptions};
+use _core::parsers::dialect::Dialect;
 use _core::parsers::{ChatParser, Delta, Message, Tools};
 use serde_json::Value;
 
@@ -30,6 +31,8 @@ fn fixture_files() -> Vec<PathBuf> {
 
 struct Case {
     label: String,
+    /// How generated call ids start in the case's dialect.
+    id_prefix: &'static str,
     text: String,
     options: ChatOptions,
     expect: Value,
@@ -64,9 +67,17 @@ fn cases() -> Vec<Case> {
                 force_nonempty_content: pick("force_nonempty_content")
                     .and_then(|v| v.as_bool())
                     .unwrap_or(false),
+                dialect: pick("dialect")
+                    .and_then(|v| v.as_str().map(|d| d.parse().unwrap()))
+                    .unwrap_or_default(),
                 reference_streaming: false,
             };
             out.push(Case {
+                id_prefix: match options.dialect {
+                    Dialect::Dynamo => "call-",
+                    Dialect::Vllm => "chatcmpl-tool-",
+                    Dialect::Sglang => "call_",
+                },
                 label: format!(
                     "{}: {}",
                     file.file_name().unwrap().to_string_lossy(),
@@ -81,7 +92,14 @@ fn cases() -> Vec<Case> {
     out
 }
 
-fn check(label: &str, how: &str, message: &Message, errors: usize, expect: &Value) {
+fn check(
+    label: &str,
+    how: &str,
+    message: &Message,
+    errors: usize,
+    expect: &Value,
+    id_prefix: &str,
+) {
     let want_content = expect.get("content").and_then(Value::as_str).unwrap_or("");
     let want_reasoning = expect
         .get("reasoning_content")
@@ -118,7 +136,7 @@ fn check(label: &str, how: &str, message: &Message, errors: usize, expect: &Valu
         match want.get("id").and_then(Value::as_str) {
             Some(id) => assert_eq!(got.id, id, "{label} [{how}] id {i}"),
             None => assert!(
-                got.id.starts_with("call-"),
+                got.id.starts_with(id_prefix),
                 "{label} [{how}] id {i}: {}",
                 got.id
             ),
@@ -178,7 +196,14 @@ fn golden_cases_batch_and_streamed() {
     assert!(!all.is_empty(), "no parser fixtures found");
     for case in &all {
         let (message, errors) = parse(&case.text, &case.options).unwrap();
-        check(&case.label, "parse", &message, errors.len(), &case.expect);
+        check(
+            &case.label,
+            "parse",
+            &message,
+            errors.len(),
+            &case.expect,
+            case.id_prefix,
+        );
         let clean = errors.is_empty();
         for (how, pieces) in chunkings(&case.text) {
             let (message, errors) = stream(&pieces, &case.options);
@@ -188,6 +213,7 @@ fn golden_cases_batch_and_streamed() {
                 &message,
                 errors,
                 &case.expect,
+                case.id_prefix,
             );
             // Streamed arguments can't take back a call that later turns out malformed,
             // so only clean cases must agree in that mode.
@@ -201,6 +227,7 @@ fn golden_cases_batch_and_streamed() {
                     &message,
                     errors,
                     &case.expect,
+                    case.id_prefix,
                 );
             }
         }
