@@ -280,6 +280,7 @@ fn main() {
             in_reasoning: None,
             thinking: None,
             force_nonempty_content: false,
+            dialect: Default::default(),
             reference_streaming: false,
         };
         let mut per_piece = Vec::new();
