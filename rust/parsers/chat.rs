@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::dialect::Dialect;
 use super::options::{empty_content_gets_reasoning, reasoning_off};
-use super::registry::{canonical_reasoning, new_reasoning_parser, new_tool_parser, UnknownParser};
+use super::registry::{ReasoningFamily, ToolCallFamily, UnknownParser};
 use super::{CallSink, Delta, Message, ParseError, ReasoningParse, ToolParse, Tools};
 
 pub struct ChatParser {
@@ -21,7 +21,7 @@ pub struct ChatParser {
     answered: bool,
 }
 
-/// Options shared by every way of building a [`ChatParser`].
+/// Options shared by every way of building a [`ChatParser`] by parser names.
 #[derive(Debug, Clone, Default)]
 pub struct ChatOptions {
     pub reasoning: Option<String>,
@@ -42,59 +42,89 @@ pub struct ChatOptions {
     pub reference_streaming: bool,
 }
 
+impl ChatOptions {
+    /// The names resolved to their families; the one step that can fail.
+    pub fn resolve(&self) -> Result<ChatParserSpec, UnknownParser> {
+        Ok(ChatParserSpec {
+            reasoning: self
+                .reasoning
+                .as_deref()
+                .map(ReasoningFamily::resolve)
+                .transpose()?,
+            tool_call: self
+                .tool_call
+                .as_deref()
+                .map(ToolCallFamily::resolve)
+                .transpose()?,
+            tools: self.tools.clone(),
+            stream_arguments: self.stream_arguments,
+            in_reasoning: self.in_reasoning,
+            thinking: self.thinking,
+            force_nonempty_content: self.force_nonempty_content,
+            dialect: self.dialect,
+            reference_streaming: self.reference_streaming,
+        })
+    }
+}
+
+/// [`ChatOptions`] with the parser names resolved: what a server keeps, and builds a
+/// parser from per response without a way to fail.
+#[derive(Debug, Clone, Default)]
+pub struct ChatParserSpec {
+    pub reasoning: Option<ReasoningFamily>,
+    pub tool_call: Option<ToolCallFamily>,
+    pub tools: Arc<Tools>,
+    pub stream_arguments: bool,
+    pub in_reasoning: Option<bool>,
+    pub thinking: Option<bool>,
+    pub force_nonempty_content: bool,
+    pub dialect: Dialect,
+    pub reference_streaming: bool,
+}
+
 impl ChatParser {
+    /// Fails only for a parser name no family answers to.
     pub fn new(options: &ChatOptions) -> Result<Self, UnknownParser> {
-        let dialect = options.dialect;
-        let schema_tools = if dialect.untyped_values_are_text() {
-            Arc::new(options.tools.with_untyped_values_as_text())
-        } else {
-            options.tools.clone()
-        };
-        let tools = match &options.tool_call {
-            Some(name) => Some(new_tool_parser(name, schema_tools)?),
-            None => None,
-        };
+        Ok(Self::from_spec(&options.resolve()?))
+    }
+
+    pub fn from_spec(spec: &ChatParserSpec) -> Self {
+        let dialect = spec.dialect;
+        let tools = spec.tool_call.map(|family| {
+            let schema_tools = if dialect.untyped_values_are_text() {
+                Arc::new(spec.tools.with_untyped_values_as_text())
+            } else {
+                spec.tools.clone()
+            };
+            family.build(schema_tools)
+        });
         let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
-        let family = options
+        let (thinking, nonempty) = (spec.thinking, spec.force_nonempty_content);
+        let fallback = spec
             .reasoning
-            .as_deref()
-            .map(canonical_reasoning)
-            .transpose()?;
-        let switched = |f: &str| reasoning_off(f, options.thinking, options.force_nonempty_content);
-        let fallback = family
             .filter(|f| {
                 !dialect.gates_reasoning()
-                    && empty_content_gets_reasoning(
-                        f,
-                        options.thinking,
-                        options.force_nonempty_content,
-                    )
+                    && empty_content_gets_reasoning(f.name(), thinking, nonempty)
             })
             .map(|_| String::new());
-        let reasoning = match &options.reasoning {
-            Some(_) if dialect.gates_reasoning() && family.is_some_and(switched) => None,
-            Some(name) => {
+        let reasoning = spec
+            .reasoning
+            .filter(|f| !(dialect.gates_reasoning() && reasoning_off(f.name(), thinking, nonempty)))
+            .map(|family| {
                 // Thinking off: the template did not open reasoning.
-                let in_reasoning = options
+                let in_reasoning = spec
                     .in_reasoning
-                    .or((options.thinking == Some(false)).then_some(false));
-                Some(new_reasoning_parser(
-                    name,
-                    in_reasoning,
-                    exit_markers,
-                    options.reference_streaming,
-                )?)
-            }
-            None => None,
-        };
-        Ok(Self {
+                    .or((thinking == Some(false)).then_some(false));
+                family.build(in_reasoning, exit_markers, spec.reference_streaming)
+            });
+        Self {
             reasoning,
             tools,
-            sink: CallSink::with_dialect(options.stream_arguments, dialect),
+            sink: CallSink::with_dialect(spec.stream_arguments, dialect),
             staged: Delta::default(),
             fallback,
             answered: false,
-        })
+        }
     }
 
     /// Feed the next piece of model text; what can be released is appended to `out`.
@@ -174,13 +204,19 @@ pub fn parse(
     text: &str,
     options: &ChatOptions,
 ) -> Result<(Message, Vec<ParseError>), UnknownParser> {
-    let mut options = options.clone();
-    options.stream_arguments = false;
-    let mut parser = ChatParser::new(&options)?;
+    Ok(parse_with(text, &options.resolve()?))
+}
+
+/// [`parse`] with the parser names resolved already.
+pub fn parse_with(text: &str, spec: &ChatParserSpec) -> (Message, Vec<ParseError>) {
+    let mut parser = ChatParser::from_spec(&ChatParserSpec {
+        stream_arguments: false,
+        ..spec.clone()
+    });
     let mut delta = Delta::default();
     parser.feed(text, &mut delta);
     parser.finish(&mut delta);
     let mut message = Message::default();
     message.push(&delta);
-    Ok((message, parser.errors().to_vec()))
+    (message, parser.errors().to_vec())
 }

@@ -64,7 +64,9 @@ fn sets() -> &'static Sets {
     SETS.get_or_init(|| Sets {
         text: MarkerSet::new(&[BLOCK_OPEN]),
         block: MarkerSet::new(&[INVOKE_OPEN, BLOCK_CLOSE]),
-        head: MarkerSet::new(&[HEAD_END, BLOCK_CLOSE]),
+        // Also `Block`'s markers, which it looks for after a name overflows (see
+        // `MarkerDriven::room`).
+        head: MarkerSet::new(&[HEAD_END, INVOKE_OPEN, BLOCK_CLOSE]),
         args: MarkerSet::new(&[INVOKE_CLOSE, BLOCK_CLOSE]),
     })
 }
@@ -125,18 +127,21 @@ impl MarkerDriven for MinimaxM3Parser {
     fn absorb(&mut self, text: &str, sink: &mut CallSink) {
         match self.state {
             State::Text => sink.content(text),
-            State::Head => {
-                self.name.push_str(text);
-                if self.name.len() > NAME_CAP {
-                    sink.error("MiniMax-M3 invoke name never closed");
-                    self.name.clear();
-                    self.state = State::Block;
-                }
-            }
+            State::Head => self.name.push_str(text),
             State::Args => self.body.push_str(text),
             // Whitespace between invokes is markup.
             State::Block => {}
         }
+    }
+
+    fn room(&self) -> Option<usize> {
+        (self.state == State::Head).then(|| NAME_CAP.saturating_sub(self.name.len()))
+    }
+
+    fn overflow(&mut self, sink: &mut CallSink) {
+        sink.error("MiniMax-M3 invoke name never closed");
+        self.name.clear();
+        self.state = State::Block;
     }
 
     fn on_marker(&mut self, marker: &'static str, sink: &mut CallSink) {
@@ -171,6 +176,11 @@ impl MarkerDriven for MinimaxM3Parser {
                 sink.drop_call("invoke not closed before the end of the block");
                 self.body.clear();
                 State::Text
+            }
+            (State::Head, INVOKE_OPEN) => {
+                sink.error("MiniMax-M3 invoke name never closed");
+                self.name.clear();
+                State::Head
             }
             (State::Head, BLOCK_CLOSE) => {
                 sink.error("MiniMax-M3 invoke name never closed");

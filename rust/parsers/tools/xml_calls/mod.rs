@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use crate::parsers::markers::{Held, MarkerSet, Scan};
+use crate::parsers::markers::{Bounded, Held, MarkerSet, Scan};
 use crate::parsers::{CallSink, ToolParse, Tools};
 
 mod families;
@@ -79,6 +79,16 @@ trait MarkerDriven {
     fn absorb(&mut self, text: &str, sink: &mut CallSink);
 
     fn on_marker(&mut self, marker: Self::Marker, sink: &mut CallSink);
+
+    /// How many more bytes the field read in the current state may take, if it is
+    /// bounded (a name that never ends must not hold the whole output). The state's
+    /// markers must include those its overflow state looks for.
+    fn room(&self) -> Option<usize> {
+        None
+    }
+
+    /// The bounded field passed its bound: give it up and leave the state.
+    fn overflow(&mut self, _sink: &mut CallSink) {}
 }
 
 /// [`ToolParse::feed`] for a [`MarkerDriven`] parser: the held tail and `text` are scanned
@@ -88,7 +98,18 @@ fn feed_at_markers<P: MarkerDriven>(parser: &mut P, text: &str, sink: &mut CallS
     let mut pos = 0;
     while pos < buf.len() {
         let rest = &buf[pos..];
-        match parser.legal().scan(rest) {
+        let scan = match parser.room() {
+            None => parser.legal().scan(rest),
+            Some(room) => match parser.legal().scan_bounded(rest, room) {
+                Bounded::Within(scan) => scan,
+                Bounded::Overflow { at } => {
+                    parser.overflow(sink);
+                    pos += at;
+                    continue;
+                }
+            },
+        };
+        match scan {
             Scan::Found { start, end, marker } => {
                 let marker = parser.meaning(marker);
                 parser.absorb(&rest[..start], sink);
@@ -406,6 +427,32 @@ mod tests {
             let (message, errors) = run(family, &string_tools(), &pieces_of(&text, 1000), false);
             assert!(message.tool_calls.is_empty(), "{family}");
             assert!(errors >= 1, "{family}");
+        }
+    }
+
+    #[test]
+    fn minimax_m3_name_gives_up_where_the_text_says() {
+        let (open, close) = ("]<]minimax[>[<tool_call>", "]<]minimax[>[</tool_call>");
+        let invoke = "]<]minimax[>[<invoke name=\"";
+        let call = format!("{invoke}get_time\">]<]minimax[>[</invoke>");
+        let view = |pieces: &[&str]| {
+            let (message, errors) = run("minimax_m3", &string_tools(), pieces, false);
+            let calls = message.tool_calls.iter();
+            let calls: Vec<(String, String)> = calls
+                .map(|c| (c.name.clone(), c.arguments.clone()))
+                .collect();
+            (message.content, calls, errors)
+        };
+        // An unclosed name ends at the next invoke, or gives up after 1 KB; either way
+        // the next invoke is read, however the text was cut.
+        for name in ["n".repeat(20), "n".repeat(5000)] {
+            let text = format!("{open}{invoke}{name}{call}{close}");
+            let whole = view(&[&text]);
+            assert_eq!(whole.1, [("get_time".to_owned(), "{}".to_owned())]);
+            for size in [1, 7, 1000] {
+                let cut = view(&pieces_of(&text, size));
+                assert_eq!(cut, whole, "{} bytes in {size}-byte pieces", name.len());
+            }
         }
     }
 

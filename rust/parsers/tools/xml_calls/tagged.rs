@@ -227,20 +227,27 @@ impl Format {
             } else {
                 (self.invoke_close, Role::InvokeClose)
             };
-            let key_ends: Vec<(&'static str, Role)> = self
+            // Name tags also end at the block's end, which `Skip` looks for after a name
+            // overflows (see `MarkerDriven::room`).
+            let mut key_ends: Vec<(&'static str, Role)> = self
                 .key_ends
                 .iter()
                 .map(|(m, t)| (*m, Role::KeyEnd(*t)))
                 .collect();
+            key_ends.push(close);
             let head = match self.invoke_open {
                 // The name runs to the first parameter or the end of the call: GLM
                 // (whose block tag opens the call), or an invoke tag whose name is
                 // followed directly by its first parameter (Hunyuan v4, K2 Horizon).
                 None => Legal::new(&[(self.param_open, Role::ParamOpen), close]),
                 Some(_) if self.head_end == self.param_open => {
-                    Legal::new(&[(self.param_open, Role::ParamOpen), invoke_close])
+                    let mut ends = vec![(self.param_open, Role::ParamOpen), invoke_close];
+                    if invoke_close != close {
+                        ends.push(close);
+                    }
+                    Legal::new(&ends)
                 }
-                Some(_) => Legal::new(&[(self.head_end, Role::HeadEnd)]),
+                Some(_) => Legal::new(&[(self.head_end, Role::HeadEnd), close]),
             };
             let mut invoke = vec![(self.param_open, Role::ParamOpen), invoke_close];
             if invoke_close != close {
@@ -348,20 +355,8 @@ impl MarkerDriven for TaggedParser {
         }
         match self.state {
             State::Text => sink.content(text),
-            State::Head => {
-                self.name.push_str(text);
-                if self.name.len() > NAME_CAP {
-                    sink.error("tool-call name tag never closed");
-                    self.state = State::Skip;
-                }
-            }
-            State::Key => {
-                self.key.push_str(text);
-                if self.key.len() > NAME_CAP {
-                    sink.drop_call("parameter name tag never closed");
-                    self.state = State::Skip;
-                }
-            }
+            State::Head => self.name.push_str(text),
+            State::Key => self.key.push_str(text),
             State::Value if self.streaming_value => self.stream_value(text, sink),
             State::Value => self.value.push_str(text),
             // Whitespace and wrapper text between tags is markup.
@@ -369,12 +364,24 @@ impl MarkerDriven for TaggedParser {
         }
     }
 
-    fn on_marker(&mut self, role: Role, sink: &mut CallSink) {
-        // A name overflow may have changed the state; the marker then means whatever it
-        // means in the new one, if anything.
-        if !self.legal_here().roles.contains(&role) {
-            return;
+    fn room(&self) -> Option<usize> {
+        match self.state {
+            State::Head => Some(NAME_CAP.saturating_sub(self.name.len())),
+            State::Key => Some(NAME_CAP.saturating_sub(self.key.len())),
+            _ => None,
         }
+    }
+
+    fn overflow(&mut self, sink: &mut CallSink) {
+        if self.state == State::Key {
+            sink.drop_call("parameter name tag never closed");
+        } else {
+            sink.error("tool-call name tag never closed");
+        }
+        self.state = State::Skip;
+    }
+
+    fn on_marker(&mut self, role: Role, sink: &mut CallSink) {
         self.state = match (self.state, role) {
             (State::Text, Role::BlockOpen) => {
                 self.calls_in_block = 0;
@@ -390,6 +397,10 @@ impl MarkerDriven for TaggedParser {
                 State::Head
             }
             (State::Head, Role::HeadEnd) => self.begin_call(sink, State::Invoke),
+            (State::Head, Role::BlockClose) if self.format.invoke_open.is_some() => {
+                sink.error("tool-call name tag never closed");
+                State::Text
+            }
             (State::Head, Role::ParamOpen) => self.begin_call(sink, State::Key),
             (State::Head, Role::BlockClose) => match self.begin_call(sink, State::Invoke) {
                 State::Invoke => self.end_call(sink, State::Text),
@@ -405,6 +416,10 @@ impl MarkerDriven for TaggedParser {
             }
             (State::Invoke, Role::InvokeClose) => self.end_call(sink, State::Block),
             (State::Invoke, Role::BlockClose) => self.end_call(sink, State::Text),
+            (State::Key, Role::BlockClose) => {
+                sink.drop_call("parameter name tag never closed");
+                State::Text
+            }
             (State::Key, Role::KeyEnd(typing)) => {
                 self.typing = typing;
                 if self.format.value_open.is_some() {
