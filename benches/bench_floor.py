@@ -6,7 +6,8 @@ The floor is `shakedown.hosting.ThreadedServer` (the host `shakedown serve` uses
 its own, serving the bytes `shakedown serve` returned for the same request, captured first: the
 unary body as one response, the stream as the same chunks, one send per chunk (each chunk is one
 `send_bytes` of the endpoint). It reads the request body, as the endpoint does, and nothing else.
-The request is `bench_endpoint`'s (tiny model, mocker at zero delay, replay row `text:0`).
+The request is `bench_endpoint`'s (tiny model, mocker at zero delay, replay row `text:0`: 21
+tokens and EOS, 22 SSE events).
 
 Both servers get the same client in the same run, keep-alive, c=1 and c=16, rounds interleaved
 (floor, then shakedown, per scenario); each figure is the median over rounds. The client is wrk
@@ -17,7 +18,8 @@ is the server process's utime+stime over the scenario.
 With --profile it runs wrk against `shakedown serve` alone while py-spy samples it, and splits
 the server's CPU per request into stages: the granian threads (Rust: sockets, HTTP, RSGI) from
 /proc per-thread CPU, and the Python loop thread's samples by the shakedown source line they sit
-in (routing, Pipeline.chat, the engine, Exchange.feed, sends...).
+in (routing, Pipeline.chat, the engine, Exchange.feed, sends...). It needs py-spy (`pip install
+py-spy`) and the right to ptrace the server (root, or ptrace_scope 0).
 
 Loopback only; each scenario is bounded by time (wrk) or by a request count and time (asyncio).
 
