@@ -28,7 +28,7 @@ from shakedown._core import Pipeline
 
 from . import stack
 from .cases import Case, requests_for
-from .client import Response, parse_endpoint
+from .client import parse_endpoint
 from .grammar import TOOLS, WEATHER, Pair, Piece, generate
 from .normalize import mask_generated, sse_events
 from .runner import Outcome, compare
@@ -283,19 +283,23 @@ def run_cases(
 # ---------------------------------------------------------------- classes of difference
 
 
+_ABSENT = object()
+
+
 def _paths(a: Any, b: Any, prefix: str = "") -> set[str]:
-    """Dotted paths where two JSON values differ (list indices folded to `*`)."""
+    """Dotted paths where two JSON values differ (list indices folded to `*`); a key
+    that is missing on one side differs from one that is null."""
     if isinstance(a, dict) and isinstance(b, dict):
         out: set[str] = set()
         for key in a.keys() | b.keys():
-            out |= _paths(a.get(key), b.get(key), f"{prefix}{key}.")
+            out |= _paths(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{prefix}{key}.")
         return out
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         out = set()
         for x, y in zip(a, b):
             out |= _paths(x, y, f"{prefix}*.")
         return out
-    return set() if a == b else {prefix.rstrip(".") or "(body)"}
+    return set() if a == b and type(a) is type(b) else {prefix.rstrip(".") or "(body)"}
 
 
 def _events(body: bytes) -> list[Any]:
@@ -334,9 +338,18 @@ def _merged(events: list[Any]) -> dict[str, Any]:
     return out
 
 
+def _field(path: str) -> str:
+    """A differing path named by its field: `choices.*.message.content` is `content`."""
+    for name in ("reasoning_tokens", "completion_tokens_details", "tool_calls"):
+        if name in path.split("."):
+            return name
+    return path.rsplit(".", 1)[-1]
+
+
 def difference_class(outcome: Outcome) -> str:
-    """A short key for what differs: `MODE:path,path` (a stream whose assembled message
-    matches but whose chunks differ is `stream:chunking`)."""
+    """A short key for what differs: `MODE:field,field` (a stream whose assembled message
+    matches but whose chunks differ is `stream:chunking`; same values in other bytes,
+    such as another key order, is `MODE:bytes`)."""
     mode = outcome.request.mode
     if outcome.error is not None or outcome.a is None or outcome.b is None:
         return f"{mode}:error"
@@ -347,13 +360,13 @@ def difference_class(outcome: Outcome) -> str:
         ea, eb = _events(a.body), _events(b.body)
         paths = _paths(_merged(ea), _merged(eb))
         if paths:
-            return f"{mode}:" + ",".join(sorted(paths))
+            return f"{mode}:" + ",".join(sorted({_field(p) for p in paths}))
         return f"{mode}:chunking"
     try:
         paths = _paths(json.loads(mask_generated(a.body)), json.loads(mask_generated(b.body)))
     except ValueError:
         return f"{mode}:bytes"
-    return f"{mode}:" + (",".join(sorted(paths)) or "bytes")
+    return f"{mode}:" + (",".join(sorted({_field(p) for p in paths})) or "bytes")
 
 
 # ---------------------------------------------------------------- shrinking
@@ -428,7 +441,7 @@ def shrink(
     fuzz_stack: FuzzStack,
     findings: list[Finding],
     max_rounds: int = 40,
-    per_round: int = 120,
+    per_round: int = 24,
     jobs: int = 2,
     log: Callable[[str], None] = lambda _: None,
 ) -> None:
@@ -474,31 +487,30 @@ def shrink(
 
 
 def golden(finding: Finding, pair: Pair, tokenize: Callable[[str], list[int]]) -> dict[str, Any]:
-    """The shrunk reproducer as a fixture for tests/fixtures/pipeline/fuzz/: the request,
-    the engine's token ids and the reference's masked bytes, unary and streaming."""
+    """The shrunk reproducer as a fixture for tests/fixtures/pipeline/fuzz/: the parsers,
+    the engine's token ids and, per mode, the request body and the reference's bytes
+    (ids and `created` masked). `name` and `about` are for the person who commits it."""
     case = finding.case
-    c = case.case("golden")
-    expected: dict[str, Any] = {}
-    for outcome in finding.outcomes:
-        resp: Response | None = outcome.a
-        if resp is not None:
-            expected[outcome.request.mode] = {
-                "status": resp.status,
-                "body": mask_generated(resp.body).decode("utf-8"),
-            }
-    return {
+    fixture: dict[str, Any] = {
         "name": "",
         "about": "",
         "found": f"{case.name}: {', '.join(finding.classes)}",
         "reasoning_parser": pair.reasoning,
         "tool_call_parser": pair.tool,
-        "path": c.path,
-        "body": c.body,
-        "stream_extra": dict(c.stream_extra),
+        "path": case.case("golden").path,
         "pieces": list(case.pieces),
         "token_ids": case.token_ids(tokenize),
-        "expected": expected,
     }
+    for outcome in finding.outcomes:
+        request, reference = outcome.request, outcome.a
+        if reference is None or request.body is None:
+            continue
+        fixture[request.mode] = {
+            "body": json.loads(request.body),
+            "status": reference.status,
+            "expected": mask_generated(reference.body).decode("utf-8"),
+        }
+    return fixture
 
 
 # ---------------------------------------------------------------- the run
@@ -538,7 +550,9 @@ def fuzz_pair(
     return PairReport(pair, count, requests, time.monotonic() - began, findings)
 
 
-def _print_finding(finding: Finding, fuzz_stack: FuzzStack, out: Any) -> None:
+def _print_finding(
+    finding: Finding, fuzz_stack: FuzzStack, out: Any, golden_dir: Path | None
+) -> None:
     print(f"\n=== {finding.case.name}: {', '.join(finding.classes)}", file=out)
     if finding.original is not None and finding.original is not finding.case:
         print(f"original: {finding.original.describe()}", file=out)
@@ -546,8 +560,14 @@ def _print_finding(finding: Finding, fuzz_stack: FuzzStack, out: Any) -> None:
     for outcome in finding.differing:
         print(f"--- {outcome.request.mode}\n{outcome.error or outcome.diff}", file=out)
     fixture = golden(finding, fuzz_stack.pair, fuzz_stack.tokenize)
-    print("golden fixture:", file=out)
-    print(json.dumps(fixture, ensure_ascii=False), file=out)
+    text = json.dumps(fixture, ensure_ascii=False, indent=1) + "\n"
+    if golden_dir is None:
+        print(f"golden fixture:\n{text}", file=out)
+        return
+    golden_dir.mkdir(parents=True, exist_ok=True)
+    path = golden_dir / (finding.case.name.replace("+", "_").replace("#", "-") + ".json")
+    path.write_text(text, encoding="utf-8")
+    print(f"golden fixture: {path}", file=out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -587,6 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="compare the reference with itself instead (its determinism on the corpus)",
     )
     parser.add_argument("--work-dir", type=Path, help="keep traces and logs here")
+    parser.add_argument(
+        "--golden-dir", type=Path, help="write each golden fixture to a file here, not stdout"
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         pairs = [parse_pair(p) for p in args.pair] or list(PAIRS.values())
@@ -599,14 +622,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         for pair in pairs:
             work = root / pair.name.replace("+", "_")
             with FuzzStack(pair, args.dynamo_python, args.model_dir, work) as fuzz_stack:
-                report = fuzz_pair(
-                    fuzz_stack,
-                    args.seed,
-                    args.cases,
-                    start=args.start,
-                    jobs=args.jobs,
-                    against_itself=args.self_check,
-                )
+                try:
+                    report = fuzz_pair(
+                        fuzz_stack,
+                        args.seed,
+                        args.cases,
+                        start=args.start,
+                        jobs=args.jobs,
+                        against_itself=args.self_check,
+                    )
+                except RuntimeError as err:  # a side that refuses the pair, or died
+                    print(f"{pair.name}: could not run: {err}", file=out, flush=True)
+                    total_differ += 1
+                    continue
                 differ = sum(len(f.differing) for f in report.findings)
                 total_differ += differ
                 print(
@@ -622,7 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if chosen and not args.self_check:
                     shrink(fuzz_stack, chosen, jobs=args.jobs, log=lambda s: print(s, file=out))
                 for finding in chosen:
-                    _print_finding(finding, fuzz_stack, out)
+                    _print_finding(finding, fuzz_stack, out, args.golden_dir)
     return 1 if total_differ else 0
 
 
