@@ -12,6 +12,8 @@ pub struct ChatParser {
     sink: CallSink,
     /// Reasoning stage output, reused across feeds.
     staged: Delta,
+    /// The last `feed` or `finish` passed answer text (not reasoning) to the tool stage.
+    answered: bool,
 }
 
 /// Options shared by every way of building a [`ChatParser`].
@@ -50,6 +52,7 @@ impl ChatParser {
             tools,
             sink: CallSink::new(options.stream_arguments),
             staged: Delta::default(),
+            answered: false,
         })
     }
 
@@ -61,20 +64,26 @@ impl ChatParser {
                 reasoning.feed(text, &mut self.staged);
                 out.reasoning.push_str(&self.staged.reasoning);
                 let content = std::mem::take(&mut self.staged.content);
+                self.answered = !content.is_empty();
                 self.content(&content, out);
                 self.staged.content = content;
             }
-            None => self.content(text, out),
+            None => {
+                self.answered = !text.is_empty();
+                self.content(text, out);
+            }
         }
     }
 
     /// End of output: everything held is released to `out`.
     pub fn finish(&mut self, out: &mut Delta) {
+        self.answered = false;
         if let Some(reasoning) = self.reasoning.as_mut() {
             self.staged.clear();
             reasoning.finish(&mut self.staged);
             out.reasoning.push_str(&self.staged.reasoning);
             let content = std::mem::take(&mut self.staged.content);
+            self.answered = !content.is_empty();
             self.content(&content, out);
         }
         if let Some(tools) = self.tools.as_mut() {
@@ -94,6 +103,12 @@ impl ChatParser {
             }
             None => out.content.push_str(text),
         }
+    }
+
+    /// The last `feed` or `finish` released answer text, tool-call markup included
+    /// (as opposed to reasoning, or nothing at all).
+    pub fn answered(&self) -> bool {
+        self.answered
     }
 
     pub fn errors(&self) -> &[ParseError] {
