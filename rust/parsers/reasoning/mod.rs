@@ -9,6 +9,7 @@
 
 mod delimited;
 mod harmony;
+mod reference;
 
 use delimited::{Delimited, Family};
 
@@ -167,6 +168,12 @@ pub fn build(
     match family {
         "gpt_oss" => Box::new(harmony::Harmony::new(in_reasoning)),
         "minimax_append_think" => Box::new(AppendThink { started: false }),
+        // The families Dynamo runs through its plain `<think>` parser.
+        "deepseek_r1" if reference_streaming => Box::new(reference::ReferenceThink::new(
+            "<think>",
+            "</think>",
+            in_reasoning.unwrap_or(DEEPSEEK_R1.forced),
+        )),
         _ => {
             let config = delimited_family(family).unwrap_or(&BASIC);
             Box::new(Delimited::new(
