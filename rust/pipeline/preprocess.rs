@@ -20,8 +20,11 @@ use super::template::ChatTemplate;
 use crate::parsers::Tools;
 
 /// Tool-call parsers whose markers are special tokens the detokenizer must keep:
-/// chat requests to such a model get `skip_special_tokens: false`.
-const NEEDS_SPECIAL_TOKENS: [&str; 5] = ["harmony", "kimi_k2", "minimax_m2", "mistral", "gemma4"];
+/// chat requests to such a model get `skip_special_tokens: false` (as do those of a
+/// `gpt_oss` reasoning model). Everything else skips special tokens unless the
+/// request says otherwise, as Dynamo 1.6.1 does.
+const NEEDS_SPECIAL_TOKENS: [&str; 3] = ["harmony", "kimi_k2", "gemma4"];
+const REASONING_NEEDS_SPECIAL_TOKENS: [&str; 1] = ["gpt_oss"];
 
 /// A request ready for the engine.
 #[derive(Debug, Clone)]
@@ -497,12 +500,16 @@ impl Preprocessor {
             sampling.min_p = None;
         }
 
+        let card = &self.card;
         let keeps_special_tokens = plan.surface == Surface::Chat
-            && self
-                .card
+            && (card
                 .tool_call_parser
                 .as_deref()
-                .is_some_and(|p| NEEDS_SPECIAL_TOKENS.contains(&p));
+                .is_some_and(|p| NEEDS_SPECIAL_TOKENS.contains(&p))
+                || card
+                    .reasoning_parser
+                    .as_deref()
+                    .is_some_and(|p| REASONING_NEEDS_SPECIAL_TOKENS.contains(&p)));
         let skip_special_tokens = if keeps_special_tokens {
             Some(false)
         } else {
@@ -585,7 +592,7 @@ impl Preprocessor {
                 }
             }
         }
-        plan.skip_special_tokens = skip_special_tokens == Some(true);
+        plan.skip_special_tokens = skip_special_tokens != Some(false);
         plan.annotation_events =
             annotation_events(&annotations, &plan.request_id, prompt, token_ids);
         plan.extra_fields = c
