@@ -17,7 +17,7 @@ from openai_standin import StandInEndpoint
 from shakedown.checks import Settings, run_checks
 from shakedown.checks.cli import main
 from shakedown.checks.runner import schema_problem
-from validation_helpers import free_port
+from validation_helpers import RawSidecar, free_port, trickle
 
 
 def serve(**kwargs: object) -> Iterator[StandInEndpoint]:
@@ -159,3 +159,18 @@ def test_schema_problem() -> None:
     assert schema_problem({"city": 3}, schema) == "$.city should be string, got int"
     assert schema_problem({"city": "x", "unit": "k"}, schema) is not None
     assert schema_problem({"city": "x", "extra": 1}, schema) == "$ has unexpected property 'extra'"
+
+
+def test_a_trickling_endpoint_fails_each_check_within_its_timeout() -> None:
+    # A well-formed answer sent a byte every 50 ms: a timeout per socket read would never fire,
+    # the whole-request deadline does.
+    answer = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"data":[]}'
+    sidecar = RawSidecar(trickle(answer, 0.05))
+    try:
+        base = f"http://127.0.0.1:{sidecar.port}/v1"
+        results = run_checks(Settings(base_url=base, api_key=None, model="m", timeout_s=0.3))
+    finally:
+        sidecar.stop()
+    models = results[0]
+    assert (models.name, models.outcome) == ("models", "failed")
+    assert models.reason == "request failed: TimeoutError('no complete response within 0.3s')"

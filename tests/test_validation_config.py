@@ -18,7 +18,12 @@ from shakedown.validation import (
 
 def test_unset_or_empty_means_no_validation() -> None:
     assert not ValidationConfig.from_env({}).enabled
-    assert not ValidationConfig.from_env({"DYN_WORKER_VALIDATION_GATES": "  "}).enabled
+    assert not ValidationConfig.from_env({"DYN_WORKER_VALIDATION_GATES": ""}).enabled
+
+
+def test_blank_gates_are_an_error_not_validation_off() -> None:
+    with pytest.raises(ValidationConfigError, match="DYN_WORKER_VALIDATION_GATES is set but blank"):
+        ValidationConfig.from_env({"DYN_WORKER_VALIDATION_GATES": " \t\n"})
 
 
 def test_json_gates() -> None:
@@ -43,6 +48,28 @@ def test_shorthand_is_shell_split_and_quote_aware() -> None:
     )
 
 
+def test_bracketed_ipv6_and_https_urls() -> None:
+    gates = parse_gates(
+        '[{"name": "v6", "url": "http://[::1]:9000/validate", "timeout_s": 5},'
+        ' {"name": "tls", "url": "https://evals.example:8443/v"},'
+        ' {"name": "named", "url": "http://localhost:9000/v"}]'
+    )
+    assert [g.url for g in gates if isinstance(g, UrlGate)] == [
+        "http://[::1]:9000/validate",
+        "https://evals.example:8443/v",
+        "http://localhost:9000/v",
+    ]
+
+
+def test_exec_gate_environment_keys() -> None:
+    [gate] = parse_gates(
+        '[{"name": "e", "exec": ["a"], "pass_env": ["HF_TOKEN"], "inherit_env": true}]'
+    )
+    assert gate == ExecGate("e", ("a",), pass_env=("HF_TOKEN",), inherit_env=True)
+    assert not ValidationConfig.from_env({}).inherit_env
+    assert ValidationConfig.from_env({"DYN_WORKER_VALIDATION_INHERIT_ENV": "1"}).inherit_env
+
+
 def test_repeated_shorthand_gates_get_unique_names() -> None:
     assert [g.name for g in parse_gates("exec:true;exec:true")] == ["true", "true#2"]
 
@@ -58,14 +85,34 @@ def test_repeated_shorthand_gates_get_unique_names() -> None:
         ('[{"name": "x", "exec": ["a"], "timeout_s": 0}]', "positive"),
         ('[{"name": "x", "exec": ["a"], "timeout_s": true}]', "number of seconds"),
         ('[{"name": "x", "url": "ftp://h/"}]', "not an http(s) URL"),
-        ('[{"name": "x", "url": "http://h/", "env": {}}]', "exec gates only"),
+        ('[{"name": "x", "url": "http://127.0.0.1/", "env": {}}]', "exec gates only"),
+        ('[{"name": "x", "url": "https://h/", "pass_env": []}]', "exec gates only"),
+        ('[{"name": "x", "url": "http://127.0.0.1:99999/v"}]', "bad port: Port out of range"),
+        ('[{"name": "x", "url": "http://127.0.0.1:abc/v"}]', "bad port"),
+        ('[{"name": "x", "url": "http://127.0.0.1:0/v"}]', "bad port: 0"),
+        ('[{"name": "x", "url": "http://::1:80/v"}]', "must be in brackets"),
+        ('[{"name": "x", "url": "http://[::1/v"}]', "is not a URL: Invalid IPv6"),
+        ('[{"name": "x", "url": "http://127.0.0.1/\\u0000"}]', "NUL byte"),
+        ('[{"name": "x", "url": "http://10.0.0.5:9000/v"}]', "plain http to a host"),
+        ('[{"name": "x", "url": "http://sidecar:9000/v"}]', "use https"),
+        ('[{"name": "x", "exec": ["a", "b\\u0000c"]}]', "exec[1] contains a NUL byte"),
+        ('[{"name": "x", "exec": ["a"], "env": {"A": "b\\u0000"}}]', "env['A'] contains a NUL"),
+        ('[{"name": "x", "exec": ["a"], "env": {"A=B": "c"}}]', "'A=B' is not an environment"),
+        ('[{"name": "x", "exec": ["a"], "env": {"": "c"}}]', "'' is not an environment"),
+        ('[{"name": "x", "exec": ["a"], "pass_env": "HF_TOKEN"}]', "pass_env must be an array"),
+        ('[{"name": "x", "exec": ["a"], "pass_env": ["A=B"]}]', "'A=B' is not an environment"),
+        ('[{"name": "x", "exec": ["a"], "inherit_env": "yes"}]', "inherit_env must be true"),
         ('[{"name": "x", "exec": ["a"], "env": {"OPENAI_BASE_URL": "u"}}]', "may not set"),
         ('[{"name": "x", "exec": ["a"]}, {"name": "x", "exec": ["b"]}]', "two gates are named"),
         ('[{"exec": ["a"]}]', "non-empty string 'name'"),
         ("[]", "names no gate"),
         ("shell:true", "each gate must start with"),
         ("exec:", "needs a command"),
-        ("url:http://a/ http://b/", "exactly one URL"),
+        ("url:http://127.0.0.1/ http://b/", "exactly one URL"),
+        ("url:http://127.0.0.1:99999/v", "bad port"),
+        ("url:http://127.0.0.1:abc/v", "bad port"),
+        ("url:http://sidecar:9000/v", "plain http"),
+        ("exec:true\0x", "contains a NUL byte"),
         ("exec:echo 'unterminated", "cannot split"),
     ],
 )
@@ -105,6 +152,8 @@ def test_other_settings() -> None:
         ("DYN_WORKER_VALIDATION_TIMEOUT_S", "-5"),
         ("DYN_WORKER_VALIDATION_PARALLEL", "maybe"),
         ("DYN_ENABLE_RL", "2"),
+        ("DYN_WORKER_VALIDATION_INHERIT_ENV", "all"),
+        ("DYN_WORKER_VALIDATION_REPORT", "/tmp/r\0.json"),
     ],
 )
 def test_bad_settings_are_clear_errors(var: str, value: str) -> None:

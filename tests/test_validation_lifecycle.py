@@ -7,6 +7,9 @@ import asyncio
 import json
 import logging
 import shlex
+import socket
+import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,11 +17,14 @@ from typing import Any
 import pytest
 
 import shakedown.endpoint
+from shakedown._core import Pipeline
+from shakedown.cli import TINY_MODEL
 from shakedown.endpoint import Engine, EngineRegistry
 from shakedown.validation import ExecGate, ValidationConfig, WorkerValidation, default_gates
 from validation_helpers import (
     SERVED,
     Factory,
+    Sidecar,
     chat_status,
     listening,
     py,
@@ -41,13 +47,18 @@ def gates_json(*gates: dict[str, Any]) -> str:
     return json.dumps(list(gates))
 
 
-@pytest.fixture
-def make(tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(params=["0", "1"], ids=["sequential", "parallel"])
+def make(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Builds validations from the environment, in order and (DYN_WORKER_VALIDATION_PARALLEL)
+    all at once: every lifecycle test runs in both modes."""
     made: list[WorkerValidation] = []
 
     def build(gates: str, **env: str) -> tuple[WorkerValidation, Factory]:
         factory = Factory()
-        environ = {"DYN_WORKER_VALIDATION_GATES": gates} | env
+        environ = {
+            "DYN_WORKER_VALIDATION_GATES": gates,
+            "DYN_WORKER_VALIDATION_PARALLEL": request.param,
+        } | env
         validation = WorkerValidation(
             ValidationConfig.from_env(environ), endpoint_factory=factory, log_dir=tmp_path / "logs"
         )
@@ -323,3 +334,92 @@ def test_a_card_that_may_not_have_an_endpoint_stays_held(
             other.close()
     finally:
         validation.close()
+
+
+def test_an_unwritable_report_directory_with_a_failing_gate_holds(
+    make: Any, engine: Engine, tmp_path: Path
+) -> None:
+    # The report (and the gate logs beside it) cannot be written: a regular file stands where
+    # their directory should be. (Tests may run as root, which a read-only mode would not stop.)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    sidecar = Sidecar()
+    validation, _ = make(
+        gates_json({"name": "ok", "url": sidecar.url, "timeout_s": 10},
+                   {"name": "fails", "exec": py("raise SystemExit(1)")}),
+        DYN_WORKER_VALIDATION_REPORT=str(blocker / "report.json"),
+    )  # fmt: skip
+    validation._log_dir = None  # logs beside the report, as a worker configured so would have
+    published: list[str] = []
+    validation.add_release_hook(lambda: published.append("card"))
+    validation.attach(tiny_card(), engine)
+    report = validation.wait_finished(20)
+    sidecar.stop()
+    assert report is not None and report.status == "held", report
+    assert not validation.is_released and published == []
+    assert [g.outcome for g in report.gates] == ["passed", "failed"]
+    assert "NotADirectoryError" in report.gates[1].reason
+
+
+def test_report_files_are_private_and_a_symlink_there_is_replaced(
+    make: Any, engine: Engine, tmp_path: Path
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    report_path = tmp_path / "out" / "report.json"
+    report_path.parent.mkdir()
+    report_path.symlink_to(victim)
+    validation, _ = make("exec:true", DYN_WORKER_VALIDATION_REPORT=str(report_path))
+    validation._log_dir = None
+    validation.attach(tiny_card(), engine)
+    assert validation.wait_released(20)
+    assert validation.wait_finished(5) is not None
+    assert victim.read_text() == "precious" and not report_path.is_symlink()
+    assert json.loads(report_path.read_text())["status"] == "released"
+    for path in (report_path, report_path.with_suffix(".xml")):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    logs = tmp_path / "out" / "report-logs"
+    assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    assert [p.name for p in logs.iterdir()] == ["01-true.log"]
+
+
+def test_a_temporary_log_directory_is_removed_when_validation_ends(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    config = ValidationConfig.from_env({"DYN_WORKER_VALIDATION_GATES": "exec:echo hello"})
+    validation = WorkerValidation(config, endpoint_factory=Factory())
+    try:
+        validation.attach(tiny_card(), engine)
+        report = validation.wait_finished(20)
+    finally:
+        validation.close()
+    assert report is not None and report.status == "released"
+    assert report.gates[0].log_tail == "hello\n" and report.gates[0].log_path is None
+    assert list(temp.iterdir()) == []
+
+
+def test_a_local_port_in_use_names_the_port(make: Any, engine: Engine) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        validation, _ = make("exec:true", DYN_WORKER_VALIDATION_LOCAL_PORT=str(port))
+        with pytest.raises(
+            OSError, match=f"127.0.0.1:{port} \\(set by DYN_WORKER_VALIDATION_LOCAL_PORT\\)"
+        ):
+            validation.attach(tiny_card(), engine)
+    report = validation.wait_finished(5)
+    assert report is not None and report.status == "held" and str(port) in report.reason
+
+
+def test_the_endpoint_serves_through_the_pipeline_the_worker_built(
+    make: Any, engine: Engine
+) -> None:
+    pipeline = Pipeline(str(TINY_MODEL), served_name=SERVED, reasoning_parser="deepseek_r1",
+                        tool_call_parser="hermes")  # fmt: skip
+    validation, factory = make("exec:true")
+    endpoint = validation.attach(tiny_card(), engine, pipeline=pipeline)
+    assert factory.calls[0]["pipeline"] is pipeline
+    assert endpoint is not None and endpoint._endpoint.pipeline is pipeline  # type: ignore[attr-defined]
+    assert validation.wait_released(20)

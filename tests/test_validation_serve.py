@@ -7,15 +7,29 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shlex
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from shakedown.endpoint import Engine
+from shakedown.endpoint import Engine, build_pipeline
 from shakedown.validation import ExecGate, Hold, ValidationConfigError
 from shakedown.validation.serve import add_gate_arguments, run_validated, validation_from_args
-from validation_helpers import Factory, chat_status, listening, tiny_card, tiny_engine
+from validation_helpers import (
+    Factory,
+    RawSidecar,
+    chat_status,
+    listening,
+    never_answer,
+    py,
+    tiny_card,
+    tiny_engine,
+    wait_for_file,
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +58,10 @@ def test_passing_flow_prints_the_report_and_exits_0(engine: Engine) -> None:
     factory = Factory()
     v = validation_from_args(parse("--gates", "--health-port", "0"), {}, endpoint_factory=factory)
     out = io.StringIO()
-    code = run_validated(v, tiny_card(), engine, stop=threading.Event(), health_port=0, out=out)
+    pipeline = build_pipeline(tiny_card())
+    code = run_validated(
+        v, tiny_card(), engine, stop=threading.Event(), pipeline=pipeline, health_port=0, out=out
+    )
     text = out.getvalue()
     assert code == 0, text
     assert "worker validation released: all 1 gate(s) passed" in text
@@ -53,6 +70,7 @@ def test_passing_flow_prints_the_report_and_exits_0(engine: Engine) -> None:
     # The check runner really ran against the served model, then the endpoint closed.
     assert "OK: of 9 checks 9 passed" in report["gates"][0]["log_tail"]
     [endpoint] = factory.made
+    assert factory.calls[0]["pipeline"] is pipeline  # the worker's, not a second one
     assert f"OPENAI_BASE_URL=http://127.0.0.1:{endpoint.port}/v1" in text
     assert not listening(endpoint.port)
 
@@ -80,3 +98,46 @@ def test_failing_flow_stays_held_until_stopped(engine: Engine, tmp_path: Path) -
     assert "worker validation held: gate(s) failed: 'false' (exit status 1)" in out.getvalue()
     assert json.loads((tmp_path / "r.json").read_text())["status"] == "held"
     assert not listening(endpoint.port)
+
+
+@pytest.mark.parametrize("stuck", ["url", "exec"])
+def test_sigterm_stops_serve_while_a_gate_is_stuck(tmp_path: Path, stuck: str) -> None:
+    """A real `shakedown serve` process, its gate stuck on a silent sidecar (or sleeping):
+    SIGTERM ends it, held, long before the gate's own 600 s deadline."""
+    sidecar = RawSidecar(never_answer)
+    started = tmp_path / "started"
+    gate = (
+        f"url:{sidecar.url}"
+        if stuck == "url"
+        else "exec:" + shlex.join(py(f"open({str(started)!r}, 'w').write('x'); "
+                                     "import time; time.sleep(600)"))
+    )  # fmt: skip
+    report = tmp_path / "report.json"
+    with (tmp_path / "stderr").open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shakedown", "serve", "--gates", gate, "--report", str(report)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("OPENAI_BASE_URL="), (tmp_path / "stderr").read_text()
+        if stuck == "url":
+            assert sidecar.request_seen.wait(30)
+        else:
+            wait_for_file(started, 30)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sidecar.stop()
+    assert code == 1
+    saved = json.loads(report.read_text())
+    assert saved["status"] == "held"
+    assert [(g["outcome"], g["reason"]) for g in saved["gates"]] == [
+        ("failed", "validation was stopped")
+    ]

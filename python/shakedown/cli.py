@@ -17,6 +17,7 @@ from typing import Any
 from shakedown._core import Pipeline
 from shakedown.checks import add_check_subcommand
 from shakedown.engines.mocker import Mocker, load_replay_trace, script_table
+from shakedown.integrations.dynamo_run import add_run_subcommand
 from shakedown.parity import add_parity_subcommand
 from shakedown.validation.serve import add_gate_arguments, run_validated, validation_from_args
 
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve(commands)
+    add_run_subcommand(commands)
     add_check_subcommand(commands)
     add_parity_subcommand(commands)
     return parser
@@ -194,6 +196,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 card,
                 engine,
                 stop=stop,
+                pipeline=pipeline,
                 health_port=args.health_port,
                 health_host=args.health_host,
             )

@@ -1,27 +1,16 @@
-"""A small OpenAI-endpoint client on stdlib http.client (no SDK at run time)."""
+"""The check runner's OpenAI-endpoint client: JSON requests and whole SSE streams, each request
+bounded by one deadline (``shakedown.httpclient``)."""
 
 from __future__ import annotations
 
-import http.client
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
+from shakedown.httpclient import Incoming, Response, Url, exchange, parse_url, request
 
-@dataclass(frozen=True)
-class Response:
-    status: int
-    content_type: str
-    body: bytes
-
-    def json(self) -> Any:
-        return orjson.loads(self.body)
-
-    def snippet(self, limit: int = 300) -> str:
-        text = self.body.decode("utf-8", errors="replace")
-        return text if len(text) <= limit else text[:limit] + "..."
+__all__ = ["Client", "Response", "Stream"]
 
 
 @dataclass
@@ -38,21 +27,13 @@ class Stream:
 
 class Client:
     def __init__(self, base_url: str, api_key: str | None, timeout_s: float) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"OPENAI_BASE_URL must be an http(s) URL, got {base_url!r}")
+        try:
+            self._base: Url = parse_url(base_url)
+        except ValueError as exc:
+            raise ValueError(f"OPENAI_BASE_URL: {exc}") from None
         self.base_url = base_url
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
-        self._prefix = parts.path.rstrip("/")
         self._api_key = api_key
         self._timeout_s = timeout_s
-
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout_s)
-        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
 
     def _headers(self, accept: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": accept}
@@ -70,37 +51,32 @@ class Client:
         return self._send("POST", path, body)
 
     def _send(self, method: str, path: str, body: bytes | None) -> Response:
-        conn = self._connection()
-        try:
-            conn.request(method, self._prefix + path, body=body, headers=self._headers("*/*"))
-            response = conn.getresponse()
-            data = response.read()
-            return Response(response.status, response.getheader("content-type", ""), data)
-        finally:
-            conn.close()
+        return request(
+            method,
+            self._base.at(path),
+            timeout_s=self._timeout_s,
+            body=body,
+            headers=self._headers("*/*"),
+        )
 
     def stream(self, path: str, payload: Any) -> Stream:
         """POST with ``stream: true`` and read the SSE stream, noting every framing problem."""
-        conn = self._connection()
-        try:
-            conn.request(
-                "POST",
-                self._prefix + path,
-                body=orjson.dumps(payload),
-                headers=self._headers("text/event-stream"),
-            )
-            response = conn.getresponse()
-            result = Stream(response.status, response.getheader("content-type", ""))
+        with exchange(
+            "POST",
+            self._base.at(path),
+            timeout_s=self._timeout_s,
+            body=orjson.dumps(payload),
+            headers=self._headers("text/event-stream"),
+        ) as response:
+            result = Stream(response.status, response.content_type)
             if response.status != 200:
                 result.body = response.read()
                 return result
             _read_events(response, result)
             return result
-        finally:
-            conn.close()
 
 
-def _read_events(response: http.client.HTTPResponse, result: Stream) -> None:
+def _read_events(response: Incoming, result: Stream) -> None:
     data_lines: list[bytes] = []
     while True:
         raw = response.readline()

@@ -8,7 +8,8 @@ vLLM, SGLang, TensorRT-LLM, or a Python worker in this very process.
 `HeldRegistration` stands in for `register_model` / `register_llm` in a Dynamo Python
 worker: it records the registration and publishes it only when `release()` runs, which
 worker validation calls as a release hook, so the frontend never routes to a worker whose
-checks have not passed.
+checks have not passed. `shakedown run` (`shakedown.integrations.dynamo_run`) puts it in
+front of an unmodified worker's own `register_model` calls.
 
 `dynamo` is imported on first use, so importing this module needs only shakedown.
 With `shakedown serve --engine shakedown.integrations.dynamo:engine` the endpoint and the
@@ -73,10 +74,12 @@ def _translate(err: BaseException) -> DynamoEngineError:
 class DynamoEngine:
     """Forward engine requests to a Dynamo endpoint (`namespace.component.endpoint`).
 
-    Give a `client` (from `await runtime.endpoint(path).client()`) or a `runtime` to use
-    them; otherwise the engine makes its own `DistributedRuntime` on the event loop of its
-    first request, from `discovery_backend` / `request_plane` (default: DYN_DISCOVERY_BACKEND,
-    DYN_REQUEST_PLANE). The first request waits up to `wait_timeout_s` for an instance.
+    Give a `client` (from `await runtime.endpoint(path).client()`), a `dynamo_endpoint` (a
+    Dynamo `Endpoint` object: its client is made on the first request's loop) or a `runtime`
+    to use them; otherwise the engine makes its own `DistributedRuntime` on the event loop of
+    its first request, from `discovery_backend` / `request_plane` (default:
+    DYN_DISCOVERY_BACKEND, DYN_REQUEST_PLANE). The first request waits up to
+    `wait_timeout_s` for an instance.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class DynamoEngine:
         *,
         runtime: Any = None,
         client: Any = None,
+        dynamo_endpoint: Any = None,
         discovery_backend: str | None = None,
         request_plane: str | None = None,
         wait_timeout_s: float = WAIT_TIMEOUT_S,
@@ -100,6 +104,7 @@ class DynamoEngine:
         self._runtime = runtime
         self._own_runtime = False
         self._client = client
+        self._dynamo_endpoint = dynamo_endpoint
         self._lock: asyncio.Lock | None = None
 
     async def client(self) -> Any:
@@ -114,13 +119,19 @@ class DynamoEngine:
         return self._client
 
     async def _connect(self) -> Any:
-        core = dynamo_core()
-        if self._runtime is None:
-            discovery = self.discovery_backend or os.environ.get("DYN_DISCOVERY_BACKEND", "etcd")
-            plane = self.request_plane or os.environ.get("DYN_REQUEST_PLANE", "tcp")
-            self._runtime = core.DistributedRuntime(asyncio.get_running_loop(), discovery, plane)
-            self._own_runtime = True
-        client = await self._runtime.endpoint(self.endpoint).client()
+        if self._dynamo_endpoint is not None:
+            client = await self._dynamo_endpoint.client()
+        else:
+            if self._runtime is None:
+                discovery = self.discovery_backend or os.environ.get(
+                    "DYN_DISCOVERY_BACKEND", "etcd"
+                )
+                plane = self.request_plane or os.environ.get("DYN_REQUEST_PLANE", "tcp")
+                self._runtime = dynamo_core().DistributedRuntime(
+                    asyncio.get_running_loop(), discovery, plane
+                )
+                self._own_runtime = True
+            client = await self._runtime.endpoint(self.endpoint).client()
         try:
             instances = await asyncio.wait_for(client.wait_for_instances(), self.wait_timeout_s)
         except asyncio.TimeoutError:
@@ -129,6 +140,10 @@ class DynamoEngine:
                 status=503,
                 kind="Timeout",
             ) from None
+        if self._dynamo_endpoint is not None:
+            # A Dynamo Endpoint object does not expose its path; its instances do.
+            first = client.instances()[0]
+            self.endpoint = f"{first.namespace}.{first.component}.{first.endpoint}"
         log.info("dynamo engine: %s has %d instance(s)", self.endpoint, len(instances))
         return client
 
@@ -181,17 +196,25 @@ class Registration:
     lora_name: str | None
     tool_call_parser: str | None
     reasoning_parser: str | None
+    custom_template_path: str | None = None
 
-    def card(self, endpoint: str = DEFAULT_ENDPOINT) -> Any:
+    def card(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        model_dir: str | None = None,
+        served_name: str | None = None,
+    ) -> Any:
         """A `shakedown.endpoint.ModelCard` for worker validation's `attach(card, engine)`.
 
         `endpoint` is the registration's `namespace.component.endpoint` (a Dynamo `Endpoint`
-        object does not expose its path).
+        object does not expose its path); `model_dir` replaces `model_path` when that is not
+        a local directory (see `local_model_dir`), `served_name` the registered name.
         """
         cards = importlib.import_module("shakedown.endpoint")
         return cards.ModelCard(
-            model_dir=self.model_path,
-            served_name=self.model_name,
+            model_dir=model_dir or self.model_path,
+            served_name=served_name or self.model_name,
             model_input=self.model_input,
             model_type=self.model_type,
             worker_type=self.worker_type,
@@ -249,13 +272,32 @@ class HeldRegistration:
 
     register_llm = register_model
 
+    def withdraw(self, endpoint: Any, lora_name: str | None = None) -> bool:
+        """Drop the held registrations of `endpoint` (and `lora_name`), as `unregister_model`
+        would have removed them once published; True when one was held."""
+        before = len(self._calls)
+        self._calls[:] = [
+            (args, kwargs)
+            for args, kwargs in self._calls
+            if not (
+                registration_of(args, kwargs).endpoint is endpoint
+                and kwargs.get("lora_name") == lora_name
+            )
+        ]
+        return len(self._calls) != before
+
     async def release(self) -> None:
         """Publish the held registrations, in the order they were made."""
         register = self._real()
         while self._calls:
-            args, kwargs = self._calls[0]
-            await register(*args, **kwargs)
-            self._calls.pop(0)
+            # Taken off the queue first: a `withdraw` while this one publishes must not
+            # shift the queue under it.
+            args, kwargs = self._calls.pop(0)
+            try:
+                await register(*args, **kwargs)
+            except BaseException:
+                self._calls.insert(0, (args, kwargs))
+                raise
         self._released = True
         log.info("dynamo registration published")
 
@@ -265,7 +307,7 @@ class HeldRegistration:
 
     def registrations(self) -> list[Registration]:
         """The held calls, read with `register_model`'s parameter names."""
-        return [_registration(args, kwargs) for args, kwargs in self._calls]
+        return [registration_of(args, kwargs) for args, kwargs in self._calls]
 
 
 def _enum_name(value: Any, default: str) -> str:
@@ -273,7 +315,8 @@ def _enum_name(value: Any, default: str) -> str:
     return str(value).rsplit(".", 1)[-1].lower() if value is not None else default
 
 
-def _registration(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Registration:
+def registration_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Registration:
+    """A `register_model(*args, **kwargs)` call read with its parameter names."""
     names = ("model_input", "model_type", "endpoint", "model_path", "model_name")
     bound = dict(zip(names, args, strict=False))
     bound.update({k: v for k, v in kwargs.items() if k in names})
@@ -290,7 +333,17 @@ def _registration(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Registrat
         lora_name=kwargs.get("lora_name"),
         tool_call_parser=getattr(config, "tool_call_parser", None),
         reasoning_parser=getattr(config, "reasoning_parser", None),
+        custom_template_path=kwargs.get("custom_template_path"),
     )
+
+
+async def local_model_dir(model_path: str) -> str:
+    """A local directory for `register_model`'s `model_path`: itself when it is one, else
+    Dynamo's own download cache (`fetch_model`, weights skipped), as the frontend resolves it."""
+    if os.path.isdir(model_path):
+        return model_path
+    fetched = await dynamo_core().fetch_model(model_path, ignore_weights=True)
+    return str(fetched)
 
 
 def _engine_from_env() -> DynamoEngine:

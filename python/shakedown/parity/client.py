@@ -1,4 +1,4 @@
-"""One request to one endpoint, on a fresh connection, read to the end (stdlib only).
+"""One request to one endpoint, on a fresh connection, read to the end (``shakedown.httpclient``).
 
 A fresh connection per request keeps the comparison about responses, not connection reuse:
 Dynamo 1.6.1 doesn't set TCP_NODELAY on accepted sockets, so streams on a reused
@@ -7,13 +7,15 @@ connection stall ~40 ms, which would only add noise here.
 
 from __future__ import annotations
 
-import http.client
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
+from shakedown import httpclient
 from shakedown._core import ShakedownError
+from shakedown.httpclient import Response, Url, parse_url
 
 from .cases import Request
+
+__all__ = ["Endpoint", "FetchError", "Response", "fetch", "parse_endpoint"]
 
 TIMEOUT_S = 30.0
 
@@ -29,47 +31,32 @@ class Endpoint:
     api_key: str | None = None
 
 
-@dataclass(frozen=True)
-class Response:
-    status: int
-    headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
-    body: bytes
-
-
 class FetchError(ShakedownError, RuntimeError):
     """The endpoint could not be reached or broke off the response."""
 
 
 def parse_endpoint(url: str, api_key: str | None = None) -> Endpoint:
     """`http://HOST:PORT[/prefix]`; a trailing `/v1` (OPENAI_BASE_URL style) is dropped."""
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
+    parsed = parse_url(url)
+    if parsed.scheme != "http":
         raise ValueError(f"{url!r}: expected http://HOST:PORT")
-    prefix = parts.path.rstrip("/")
+    prefix = parsed.path.partition("?")[0].rstrip("/")
     if prefix.endswith("/v1"):
         prefix = prefix[: -len("/v1")]
-    return Endpoint(url, parts.hostname, parts.port or 80, prefix, api_key)
+    return Endpoint(url, parsed.host, parsed.port, prefix, api_key)
 
 
 def fetch(endpoint: Endpoint, request: Request, timeout: float = TIMEOUT_S) -> Response:
-    conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
+    """Send ``request`` and read its whole response within ``timeout`` seconds."""
     headers = dict(request.headers)
     if endpoint.api_key:
         headers["authorization"] = f"Bearer {endpoint.api_key}"
     if request.body is not None:
         headers["content-length"] = str(len(request.body))
+    url = Url("http", endpoint.host, endpoint.port, endpoint.prefix + request.path)
     try:
-        conn.request(
-            request.method, endpoint.prefix + request.path, body=request.body, headers=headers
+        return httpclient.request(
+            request.method, url, timeout_s=timeout, body=request.body, headers=headers
         )
-        resp = conn.getresponse()
-        body = resp.read()
-        merged: dict[str, str] = {}
-        for name, value in resp.getheaders():
-            key = name.lower()
-            merged[key] = f"{merged[key]}, {value}" if key in merged else value
-        return Response(resp.status, merged, body)
-    except (OSError, http.client.HTTPException) as err:
+    except OSError as err:
         raise FetchError(f"{endpoint.url}: {request.label}: {err!r}") from err
-    finally:
-        conn.close()

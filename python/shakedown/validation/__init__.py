@@ -11,7 +11,7 @@ from .config import (
     parse_gates,
 )
 from .health import HealthApp, HealthServer, health_response, live_response
-from .lifecycle import EndpointFactory, LocalEndpoint, WorkerValidation
+from .lifecycle import EndpointFactory, ValidatedEndpoint, WorkerValidation
 from .report import GateResult, ValidationReport
 
 __all__ = [
@@ -22,8 +22,8 @@ __all__ = [
     "HealthApp",
     "HealthServer",
     "Hold",
-    "LocalEndpoint",
     "UrlGate",
+    "ValidatedEndpoint",
     "ValidationConfig",
     "ValidationConfigError",
     "ValidationReport",

@@ -6,6 +6,7 @@ so a worker with a typo in its gates fails closed at start-up instead of releasi
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import shlex
@@ -13,11 +14,11 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import orjson
 
 from shakedown._core import ShakedownError
+from shakedown.httpclient import parse_url
 
 GATES_VAR = "DYN_WORKER_VALIDATION_GATES"
 PARALLEL_VAR = "DYN_WORKER_VALIDATION_PARALLEL"
@@ -25,6 +26,7 @@ LOCAL_PORT_VAR = "DYN_WORKER_VALIDATION_LOCAL_PORT"
 HOLD_VAR = "DYN_WORKER_VALIDATION_HOLD"
 TIMEOUT_VAR = "DYN_WORKER_VALIDATION_TIMEOUT_S"
 REPORT_VAR = "DYN_WORKER_VALIDATION_REPORT"
+INHERIT_ENV_VAR = "DYN_WORKER_VALIDATION_INHERIT_ENV"
 ENABLE_RL_VAR = "DYN_ENABLE_RL"
 
 DEFAULT_GATE_TIMEOUT_S = 600.0
@@ -52,12 +54,19 @@ class Hold(enum.Enum):
 
 @dataclass(frozen=True)
 class ExecGate:
-    """Run a command; exit status 0 passes."""
+    """Run a command; exit status 0 passes.
+
+    The command gets an allow-listed part of the worker's environment (``gates.ALLOWED_ENV``),
+    the names in ``pass_env``, ``env`` and the endpoint's coordinates; ``inherit_env`` passes
+    the worker's whole environment instead of the allow-list.
+    """
 
     name: str
     argv: tuple[str, ...]
     timeout_s: float = DEFAULT_GATE_TIMEOUT_S
     env: Mapping[str, str] = field(default_factory=dict)
+    pass_env: tuple[str, ...] = ()
+    inherit_env: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,8 @@ class ValidationConfig:
     timeout_s: float | None = None
     report_path: Path | None = None
     enable_rl: bool = False
+    inherit_env: bool = False
+    """Every exec gate gets the worker's whole environment, not only the allow-list."""
 
     @property
     def enabled(self) -> bool:
@@ -95,6 +106,8 @@ class ValidationConfig:
     def from_env(cls, environ: Mapping[str, str]) -> ValidationConfig:
         """Read every setting; raise :class:`ValidationConfigError` on the first bad one."""
         report = environ.get(REPORT_VAR, "").strip()
+        if "\0" in report:
+            raise ValidationConfigError(f"{REPORT_VAR} contains a NUL byte")
         return cls(
             gates=parse_gates(environ.get(GATES_VAR, "")),
             parallel=_parse_bool(PARALLEL_VAR, environ.get(PARALLEL_VAR, "")),
@@ -103,14 +116,23 @@ class ValidationConfig:
             timeout_s=_parse_overall_timeout(environ.get(TIMEOUT_VAR, "")),
             report_path=Path(report) if report else None,
             enable_rl=_parse_bool(ENABLE_RL_VAR, environ.get(ENABLE_RL_VAR, "")),
+            inherit_env=_parse_bool(INHERIT_ENV_VAR, environ.get(INHERIT_ENV_VAR, "")),
         )
 
 
 def parse_gates(value: str) -> tuple[Gate, ...]:
-    """Parse ``DYN_WORKER_VALIDATION_GATES``: a JSON array, or the ``;``-separated shorthand."""
+    """Parse ``DYN_WORKER_VALIDATION_GATES``: a JSON array, or the ``;``-separated shorthand.
+
+    Only the empty string means no gates: a value of blanks is more likely a template that
+    lost its gates than a decision to turn validation off.
+    """
+    if not value:
+        return ()
     text = value.strip()
     if not text:
-        return ()
+        raise ValidationConfigError(
+            f"{GATES_VAR} is set but blank; unset it to turn validation off"
+        )
     gates = _parse_json_gates(text) if text.startswith("[") else _parse_shorthand(text)
     if not gates:
         raise ValidationConfigError(f"{GATES_VAR} is set but names no gate: {value!r}")
@@ -139,7 +161,7 @@ def _parse_json_gate(index: int, item: object) -> Gate:
     where = f"{GATES_VAR}[{index}]"
     if not isinstance(item, dict):
         raise ValidationConfigError(f"{where} must be an object, got {type(item).__name__}")
-    unknown = sorted(set(item) - {"name", "exec", "url", "timeout_s", "env"})
+    unknown = sorted(set(item) - {"name", "exec", "url", "timeout_s", *_EXEC_ONLY})
     if unknown:
         raise ValidationConfigError(f"{where} has unknown keys: {', '.join(unknown)}")
     name = item.get("name")
@@ -153,8 +175,11 @@ def _parse_json_gate(index: int, item: object) -> Gate:
     if has_exec == has_url:
         raise ValidationConfigError(f"{where} needs exactly one of 'exec' or 'url'")
     if has_url:
-        if "env" in item:
-            raise ValidationConfigError(f"{where}: 'env' applies to exec gates only")
+        misplaced = sorted(_EXEC_ONLY & set(item))
+        if misplaced:
+            raise ValidationConfigError(
+                f"{where}: {', '.join(map(repr, misplaced))} apply to exec gates only"
+            )
         url = item["url"]
         if not isinstance(url, str):
             raise ValidationConfigError(f"{where}.url must be a string")
@@ -167,8 +192,34 @@ def _parse_json_gate(index: int, item: object) -> Gate:
         or not argv[0]
     ):
         raise ValidationConfigError(f"{where}.exec must be a non-empty array of strings (argv)")
-    env = _parse_env(where, item.get("env", {}))
-    return ExecGate(name=name, argv=tuple(argv), timeout_s=timeout_s, env=env)
+    inherit_env = item.get("inherit_env", False)
+    if not isinstance(inherit_env, bool):
+        raise ValidationConfigError(f"{where}.inherit_env must be true or false")
+    return ExecGate(
+        name=name,
+        argv=_check_argv(where, argv),
+        timeout_s=timeout_s,
+        env=_parse_env(where, item.get("env", {})),
+        pass_env=_parse_pass_env(where, item.get("pass_env", [])),
+        inherit_env=inherit_env,
+    )
+
+
+_EXEC_ONLY = frozenset({"env", "pass_env", "inherit_env"})
+
+
+def _check_argv(where: str, argv: list[str]) -> tuple[str, ...]:
+    for index, arg in enumerate(argv):
+        if "\0" in arg:
+            raise ValidationConfigError(f"{where}.exec[{index}] contains a NUL byte: {arg!r}")
+    return tuple(argv)
+
+
+def _check_env_name(where: str, name: str) -> None:
+    if not name or "=" in name or "\0" in name:
+        raise ValidationConfigError(
+            f"{where}: {name!r} is not an environment variable name (empty, '=' or NUL)"
+        )
 
 
 def _parse_env(where: str, env: object) -> dict[str, str]:
@@ -176,12 +227,24 @@ def _parse_env(where: str, env: object) -> dict[str, str]:
         isinstance(key, str) and isinstance(val, str) for key, val in env.items()
     ):
         raise ValidationConfigError(f"{where}.env must be an object of string to string")
+    for key, val in env.items():
+        _check_env_name(f"{where}.env", key)
+        if "\0" in val:
+            raise ValidationConfigError(f"{where}.env[{key!r}] contains a NUL byte")
     overridden = sorted(INJECTED_VARS & set(env))
     if overridden:
         raise ValidationConfigError(
             f"{where}.env may not set {', '.join(overridden)}: the worker sets them"
         )
     return dict(env)
+
+
+def _parse_pass_env(where: str, names: object) -> tuple[str, ...]:
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ValidationConfigError(f"{where}.pass_env must be an array of variable names")
+    for name in names:
+        _check_env_name(f"{where}.pass_env", name)
+    return tuple(names)
 
 
 def _parse_shorthand(text: str) -> tuple[Gate, ...]:
@@ -218,7 +281,7 @@ def _parse_shorthand_gate(segment: list[str]) -> Gate:
         argv = ([head[5:]] if head[5:] else []) + rest
         if not argv:
             raise ValidationConfigError(f"{GATES_VAR}: 'exec:' needs a command")
-        return ExecGate(name=shlex.join(argv), argv=tuple(argv))
+        return ExecGate(name=shlex.join(argv), argv=_check_argv(GATES_VAR, argv))
     if head.startswith("url:"):
         parts = ([head[4:]] if head[4:] else []) + rest
         if len(parts) != 1:
@@ -231,15 +294,20 @@ def _parse_shorthand_gate(segment: list[str]) -> Gate:
 
 
 def _renamed(gate: Gate, name: str) -> Gate:
-    if isinstance(gate, ExecGate):
-        return ExecGate(name=name, argv=gate.argv, timeout_s=gate.timeout_s, env=gate.env)
-    return UrlGate(name=name, url=gate.url, timeout_s=gate.timeout_s)
+    return dataclasses.replace(gate, name=name)
 
 
 def _check_url(where: str, url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationConfigError(f"{where}: {url!r} is not an http(s) URL with a host")
+    try:
+        parsed = parse_url(url)
+    except ValueError as exc:
+        raise ValidationConfigError(f"{where}: {exc}") from None
+    if parsed.scheme == "http" and not parsed.is_loopback:
+        # The sidecar is sent the endpoint's bearer token: not in clear text off this host.
+        raise ValidationConfigError(
+            f"{where}: {url!r} is plain http to a host that is not loopback; the gate sends "
+            "the endpoint's token, so use https (or a loopback address)"
+        )
     return url
 
 

@@ -2,33 +2,67 @@
 
 Gates run on plain threads, never on the worker's event loop: an engine's busy loop must not
 delay a gate's timeout, and a gate must not stall the engine.
+
+Every gate ends with a verdict: whatever goes wrong while running one (a bad setting, a bug, an
+exception in its thread) is that gate's failure, never a gate missing from the results.
 """
 
 from __future__ import annotations
 
-import http.client
 import os
+import selectors
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
 
 import orjson
 
+from shakedown import httpclient
+
 from .config import GATES_VAR, ExecGate, Gate, UrlGate
+from .files import create_private_file, open_private_dir
 from .report import GateResult
 
 LOG_TAIL_BYTES = 4096
+# A gate's log file keeps at most this much; past it the oldest half is dropped.
+LOG_CAP_BYTES = 1 << 20
+# A sidecar's answer is read up to this size; a longer one fails the gate.
+MAX_ANSWER_BYTES = 1 << 20
 # After SIGTERM a gate's group gets this long to exit before SIGKILL.
 KILL_GRACE_S = 2.0
+# Once a gate's group is gone, how long its output pipe may stay open (held by a descendant
+# that left the group) before the rest is dropped.
+DRAIN_S = 1.0
 _POLL_S = 0.05
 _BACKOFF_START_S = 0.1
 _BACKOFF_MAX_S = 2.0
+
+# What an exec gate gets of the worker's environment unless it inherits it all: enough to find
+# programs, run Python and speak TLS, never the worker's credentials.
+ALLOWED_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "TMPDIR",
+        "TZ",
+        "LANG",
+        "LANGUAGE",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+    }
+)
+# Locale settings, the interpreter's (PYTHONPATH, PYTHONUNBUFFERED, ...), and the settings
+# meant for gates (DYN_VALIDATION_EXPECT_TOOLS, ...).
+ALLOWED_ENV_PREFIXES = ("LC_", "PYTHON", "DYN_VALIDATION_")
 
 
 @dataclass(frozen=True)
@@ -40,14 +74,33 @@ class GateContext:
     api_key: str
     log_dir: Path
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    inherit_env: bool = False
+    """Every exec gate gets the worker's whole environment (DYN_WORKER_VALIDATION_INHERIT_ENV)."""
 
-    def env(self) -> dict[str, str]:
+    def injected_env(self) -> dict[str, str]:
         return {
             **self.extra_env,
             "OPENAI_BASE_URL": self.base_url,
             "OPENAI_API_KEY": self.api_key,
             "DYN_VALIDATION_MODEL": self.model,
         }
+
+
+def gate_environment(
+    gate: ExecGate, ctx: GateContext, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment ``gate``'s command runs with, taken from the worker's ``environ``."""
+    if gate.inherit_env or ctx.inherit_env:
+        inherited = dict(environ)
+    else:
+        inherited = {
+            name: value
+            for name, value in environ.items()
+            if name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES) or name in gate.pass_env
+        }
+    # A gate that is itself a worker must not start validating a worker of its own.
+    inherited.pop(GATES_VAR, None)
+    return {**inherited, **gate.env, **ctx.injected_env()}
 
 
 class _Deadline:
@@ -78,25 +131,27 @@ def run_gates(
     deadline: float | None,
     cancel: threading.Event,
 ) -> list[GateResult]:
-    """Run gates in order (stopping at the first failure) or all at once; results keep gate order.
+    """Run gates in order (stopping at the first failure) or all at once.
 
-    ``deadline`` is a ``time.monotonic()`` instant that bounds every gate; ``cancel`` stops
-    them all early (their group is killed).
+    Returns exactly one result per gate, in gate order. ``deadline`` is a
+    ``time.monotonic()`` instant that bounds every gate; ``cancel`` stops them all early
+    (their groups are killed).
     """
+    log_names = [f"{index + 1:02d}-{_file_safe(gate.name)}.log" for index, gate in enumerate(gates)]
     if not parallel:
         results: list[GateResult] = []
-        for gate in gates:
+        for gate, log_name in zip(gates, log_names, strict=True):
             if results and not results[-1].passed:
                 results.append(_skipped(gate, f"not run: gate {results[-1].name!r} failed"))
             elif cancel.is_set():
                 results.append(_skipped(gate, "not run: validation was stopped"))
             else:
-                results.append(run_gate(gate, ctx, deadline=deadline, cancel=cancel))
+                results.append(_run_guarded(gate, ctx, log_name, deadline, cancel))
         return results
     slots: list[GateResult | None] = [None] * len(gates)
 
     def run_slot(index: int) -> None:
-        slots[index] = run_gate(gates[index], ctx, deadline=deadline, cancel=cancel)
+        slots[index] = _run_guarded(gates[index], ctx, log_names[index], deadline, cancel)
 
     threads = [
         threading.Thread(target=run_slot, args=(i,), name=f"shakedown-gate-{i}", daemon=True)
@@ -106,24 +161,133 @@ def run_gates(
         thread.start()
     for thread in threads:
         thread.join()
-    return [slot for slot in slots if slot is not None]
+    return [
+        slot if slot is not None else _failed(gate, "the gate's thread ended without a verdict")
+        for gate, slot in zip(gates, slots, strict=True)
+    ]
 
 
-def run_gate(
-    gate: Gate, ctx: GateContext, *, deadline: float | None, cancel: threading.Event
+def _run_guarded(
+    gate: Gate, ctx: GateContext, log_name: str, deadline: float | None, cancel: threading.Event
 ) -> GateResult:
-    if isinstance(gate, ExecGate):
-        return run_exec_gate(gate, ctx, deadline=deadline, cancel=cancel)
-    return run_url_gate(gate, ctx, deadline=deadline, cancel=cancel)
+    start = time.monotonic()
+    try:
+        if isinstance(gate, ExecGate):
+            return run_exec_gate(gate, ctx, log_name, deadline=deadline, cancel=cancel)
+        return run_url_gate(gate, ctx, deadline=deadline, cancel=cancel)
+    except BaseException as exc:  # any way a gate ends without a verdict fails it
+        return _failed(gate, f"the gate could not run: {exc!r}", time.monotonic() - start)
+
+
+def _kind(gate: Gate) -> Literal["exec", "url"]:
+    return "exec" if isinstance(gate, ExecGate) else "url"
 
 
 def _skipped(gate: Gate, reason: str) -> GateResult:
-    kind: Literal["exec", "url"] = "exec" if isinstance(gate, ExecGate) else "url"
-    return GateResult(name=gate.name, kind=kind, outcome="skipped", duration_s=0.0, reason=reason)
+    return GateResult(
+        name=gate.name, kind=_kind(gate), outcome="skipped", duration_s=0.0, reason=reason
+    )
+
+
+def _failed(gate: Gate, reason: str, duration_s: float = 0.0) -> GateResult:
+    return GateResult(
+        name=gate.name, kind=_kind(gate), outcome="failed", duration_s=duration_s, reason=reason
+    )
+
+
+class GateLog:
+    """A gate's output file, capped at ``cap`` bytes: the oldest half goes when it is full, so
+    what a failing gate printed last always survives."""
+
+    def __init__(self, fd: int, path: Path, cap: int) -> None:
+        self.fd = fd
+        self.path = path
+        self.cap = cap
+        self.size = 0
+        self.dropped = 0
+
+    @classmethod
+    def create(cls, log_dir: Path, name: str, cap: int) -> GateLog:
+        dir_fd = open_private_dir(log_dir)
+        try:
+            return cls(create_private_file(dir_fd, name), log_dir / name, cap)
+        finally:
+            os.close(dir_fd)
+
+    def write(self, data: bytes) -> None:
+        self._write_at(self.size, data)
+        self.size += len(data)
+        if self.size > self.cap:
+            keep = os.pread(self.fd, self.cap // 2, self.size - self.cap // 2)
+            self.dropped += self.size - len(keep)
+            marker = f"[shakedown: the first {self.dropped} bytes of this log were dropped]\n"
+            kept = marker.encode() + keep
+            self._write_at(0, kept)
+            os.ftruncate(self.fd, len(kept))
+            self.size = len(kept)
+
+    def _write_at(self, offset: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self.fd, view, offset)
+            view, offset = view[written:], offset + written
+
+    def tail(self) -> str:
+        start = max(0, self.size - LOG_TAIL_BYTES)
+        text = os.pread(self.fd, self.size - start, start).decode("utf-8", errors="replace")
+        if start > 0 and "\n" in text:
+            text = text.split("\n", 1)[1]  # drop the partial first line
+        return text
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _OutputPump:
+    """Moves a gate's output from its pipe into its log while the gate runs (and as it dies)."""
+
+    def __init__(self, read_fd: int, log: GateLog) -> None:
+        os.set_blocking(read_fd, False)
+        self.read_fd = read_fd
+        self.log = log
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(read_fd, selectors.EVENT_READ)
+        self.open = True
+
+    def pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for output and log it; returns early once the pipe closed."""
+        if not self.open:
+            time.sleep(max(0.0, timeout))
+            return
+        if not self.selector.select(max(0.0, timeout)):
+            return
+        while True:
+            try:
+                data = os.read(self.read_fd, 65536)
+            except BlockingIOError:
+                return
+            if not data:
+                self.open = False
+                return
+            self.log.write(data)
+
+    def drain(self) -> None:
+        end = time.monotonic() + DRAIN_S
+        while self.open and time.monotonic() < end:
+            self.pump(end - time.monotonic())
+
+    def close(self) -> None:
+        self.selector.close()
+        os.close(self.read_fd)
 
 
 def run_exec_gate(
-    gate: ExecGate, ctx: GateContext, *, deadline: float | None, cancel: threading.Event
+    gate: ExecGate,
+    ctx: GateContext,
+    log_name: str,
+    *,
+    deadline: float | None,
+    cancel: threading.Event,
 ) -> GateResult:
     """Run the gate's command in its own process group; exit 0 passes.
 
@@ -132,12 +296,16 @@ def run_exec_gate(
     group; nothing short of a cgroup can follow it.)
     """
     clock = _Deadline(gate.timeout_s, deadline)
-    ctx.log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = ctx.log_dir / f"{_file_safe(gate.name)}.log"
-    env = {**os.environ, **gate.env, **ctx.env()}
-    # A gate that is itself a worker must not start validating a worker of its own.
-    env.pop(GATES_VAR, None)
+    log = GateLog.create(ctx.log_dir, log_name, LOG_CAP_BYTES)
+    try:
+        return _run_process(gate, ctx, log, clock, cancel)
+    finally:
+        log.close()
 
+
+def _run_process(
+    gate: ExecGate, ctx: GateContext, log: GateLog, clock: _Deadline, cancel: threading.Event
+) -> GateResult:
     def result(passed: bool, reason: str, exit_code: int | None) -> GateResult:
         return GateResult(
             name=gate.name,
@@ -146,36 +314,43 @@ def run_exec_gate(
             duration_s=clock.elapsed(),
             reason=reason,
             exit_code=exit_code,
-            log_tail=_tail(log_path),
-            log_path=str(log_path),
+            log_tail=log.tail(),
+            log_path=str(log.path),
         )
 
-    with log_path.open("wb") as log:
-        try:
-            proc = subprocess.Popen(
-                list(gate.argv),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return result(False, f"could not start {gate.argv[0]!r}: {exc}", None)
-        try:
-            while True:
-                remaining = clock.remaining()
-                if cancel.is_set() or remaining <= 0:
-                    why = "validation was stopped" if cancel.is_set() else clock.reason()
-                    _kill_group(proc)
-                    return result(False, why, proc.returncode)
-                try:
-                    code = proc.wait(timeout=min(_POLL_S, remaining))
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        finally:
-            _kill_group(proc)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            list(gate.argv),
+            env=gate_environment(gate, ctx, os.environ),
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except (OSError, ValueError) as exc:
+        os.close(read_fd)
+        return result(False, f"could not start {gate.argv[0]!r}: {exc}", None)
+    finally:
+        os.close(write_fd)  # the gate's processes hold the only write ends now
+    output = _OutputPump(read_fd, log)
+    try:
+        stopped: str | None = None
+        while (code := proc.poll()) is None:
+            remaining = clock.remaining()
+            if cancel.is_set() or remaining <= 0:
+                stopped = "validation was stopped" if cancel.is_set() else clock.reason()
+                break
+            output.pump(min(_POLL_S, remaining))
+        _kill_group(proc, output.pump)
+        output.drain()
+    finally:
+        if proc.returncode is None:  # an exception above: never leave the group running
+            _kill_group(proc, time.sleep)
+        output.close()
+    if stopped is not None:
+        return result(False, stopped, proc.returncode)
+    assert code is not None
     if code == 0:
         return result(True, "exit status 0", code)
     if code < 0:
@@ -183,8 +358,11 @@ def run_exec_gate(
     return result(False, f"exit status {code}", code)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the gate's process group, then SIGKILL whatever is left, and reap the leader."""
+def _kill_group(proc: subprocess.Popen[bytes], wait: Callable[[float], None]) -> None:
+    """SIGTERM the gate's process group, then SIGKILL whatever is left, and reap the leader.
+
+    ``wait(seconds)`` passes the time in between (pumping the gate's output meanwhile).
+    """
     pgid = proc.pid  # start_new_session makes the gate its group's leader
     if not _signal_group(pgid, signal.SIGTERM):
         proc.poll()
@@ -192,7 +370,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     end = time.monotonic() + KILL_GRACE_S
     while time.monotonic() < end and _group_alive(pgid):
         proc.poll()  # reap the leader so it does not linger as a zombie group member
-        time.sleep(_POLL_S)
+        wait(_POLL_S)
     _signal_group(pgid, signal.SIGKILL)
     proc.wait()
 
@@ -230,40 +408,27 @@ def _signal_name(number: int) -> str:
         return str(number)
 
 
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as log:
-            log.seek(0, os.SEEK_END)
-            size = log.tell()
-            log.seek(max(0, size - LOG_TAIL_BYTES))
-            data = log.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", errors="replace")
-    if size > LOG_TAIL_BYTES and "\n" in text:
-        text = text.split("\n", 1)[1]  # drop the partial first line
-    return text
-
-
 def _file_safe(name: str) -> str:
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-    return safe[:80] or "gate"
+    return safe[:80].lstrip(".") or "gate"
 
 
 def run_url_gate(
     gate: UrlGate, ctx: GateContext, *, deadline: float | None, cancel: threading.Event
 ) -> GateResult:
-    """POST ``{"base_url","model","api_key"}`` to the sidecar; 200 passes.
+    """POST ``{"base_url","model","api_key"}`` to the sidecar; a whole 200 answer passes.
 
-    A refused connection means the sidecar is not up yet, so it is retried with backoff
-    until the gate's timeout; every other outcome is final.
+    Whole means framed (Content-Length or chunked) and received to its end: an answer that
+    ends only when the connection closes cannot be told from a sidecar dying mid-answer.
+
+    The gate's deadline bounds the whole exchange, however slowly the sidecar answers. A
+    refused connection means the sidecar is not up yet, so it is retried with backoff until the
+    deadline; every other outcome is final.
     """
     clock = _Deadline(gate.timeout_s, deadline)
+    url = httpclient.parse_url(gate.url)
     body = orjson.dumps({"base_url": ctx.base_url, "model": ctx.model, "api_key": ctx.api_key})
-    parts = urlsplit(gate.url)
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
     attempts = 0
     backoff = _BACKOFF_START_S
 
@@ -287,30 +452,28 @@ def run_url_gate(
                 False, f"{clock.reason()}; the sidecar refused {attempts} connection attempt(s)"
             )
         attempts += 1
-        conn_type = (
-            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        )
-        conn = conn_type(parts.hostname or "", parts.port, timeout=remaining)
         try:
-            conn.request(
+            answer = httpclient.request(
                 "POST",
-                path,
+                url,
+                timeout_s=remaining,
                 body=body,
-                headers={"Content-Type": "application/json", "Accept": "application/json"},
+                headers=headers,
+                cancel=cancel,
+                max_body=MAX_ANSWER_BYTES,
+                framed=True,
             )
-            response = conn.getresponse()
-            text = response.read(LOG_TAIL_BYTES).decode("utf-8", errors="replace")
-            status = response.status
         except ConnectionRefusedError:
             cancel.wait(min(backoff, max(0.0, clock.remaining())))
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
             continue
         except TimeoutError:
-            return result(False, clock.reason() + " waiting for the sidecar's answer")
-        except (OSError, http.client.HTTPException) as exc:
-            return result(False, f"request to the sidecar failed: {exc!r}")
-        finally:
-            conn.close()
-        if status == 200:
-            return result(True, "HTTP 200", status, text)
-        return result(False, f"the sidecar answered HTTP {status}", status, text)
+            return result(False, clock.reason() + " waiting for the sidecar's whole answer")
+        except httpclient.Cancelled:
+            return result(False, "validation was stopped")
+        except OSError as exc:
+            return result(False, f"request to the sidecar failed: {exc}")
+        text = answer.body[:LOG_TAIL_BYTES].decode("utf-8", errors="replace")
+        if answer.status == 200:
+            return result(True, "HTTP 200", answer.status, text)
+        return result(False, f"the sidecar answered HTTP {answer.status}", answer.status, text)

@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import logging
 import os
 import secrets
+import shutil
 import tempfile
 import threading
 import time
@@ -28,18 +30,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from .config import Hold, ValidationConfig
-from .gates import GateContext, run_gates
+from .config import LOCAL_PORT_VAR, Hold, ValidationConfig
+from .gates import KILL_GRACE_S, GateContext, run_gates
 from .report import GateResult, ValidationReport
 
 logger = logging.getLogger("shakedown.validation")
 
 State = Literal["unattached", "waiting", "running", "released", "held"]
+# How long close() waits for the validation thread: a stopped gate's group gets KILL_GRACE_S
+# before SIGKILL, and its output a moment to drain.
+CLOSE_WAIT_S = KILL_GRACE_S + 5.0
 ReleaseHook = Callable[[], object]
 
 
-class LocalEndpoint(Protocol):
-    """What validation needs of a loopback endpoint."""
+class ValidatedEndpoint(Protocol):
+    """What validation needs of the loopback endpoint it validates through."""
 
     @property
     def port(self) -> int: ...
@@ -55,15 +60,16 @@ class LocalEndpoint(Protocol):
 
 class EndpointFactory(Protocol):
     """Builds the (not yet started) endpoint for ``card``, or None when the card may not have
-    one (a LoRA, a prefill-only worker, ...), having logged why."""
+    one (a LoRA, a prefill-only worker, ...), having logged why. ``pipeline`` is the card's
+    pipeline when the worker already built one."""
 
     def __call__(
-        self, card: Any, *, port: int, api_key: str, enable_rl: bool
-    ) -> LocalEndpoint | None: ...
+        self, card: Any, *, port: int, api_key: str, enable_rl: bool, pipeline: Any = None
+    ) -> ValidatedEndpoint | None: ...
 
 
 class _Loopback:
-    """``shakedown.endpoint``'s endpoint seen through the :class:`LocalEndpoint` protocol."""
+    """``shakedown.endpoint``'s endpoint seen through the :class:`ValidatedEndpoint` protocol."""
 
     def __init__(self, endpoint: Any, registry: Any, engine_key: str) -> None:
         self._endpoint = endpoint
@@ -86,8 +92,8 @@ class _Loopback:
 
 
 def loopback_endpoint(
-    card: Any, *, port: int, api_key: str, enable_rl: bool
-) -> LocalEndpoint | None:
+    card: Any, *, port: int, api_key: str, enable_rl: bool, pipeline: Any = None
+) -> ValidatedEndpoint | None:
     """The production endpoint: the embedded Dynamo-parity pipeline on 127.0.0.1."""
     # Imported late: the endpoint pulls in the Rust core, which the gate logic and workers
     # with validation off never need.
@@ -99,7 +105,7 @@ def loopback_endpoint(
     registry = endpoint_api.EngineRegistry()
     endpoint = endpoint_api.LocalEndpoint(
         card,
-        endpoint_api.build_pipeline(card),
+        endpoint_api.build_pipeline(card) if pipeline is None else pipeline,
         registry,
         port=port,
         api_key=api_key,
@@ -134,7 +140,7 @@ class WorkerValidation:
         self._attached = False
         self._model: str | None = None
         self._card: Any = None
-        self._endpoint: LocalEndpoint | None = None
+        self._endpoint: ValidatedEndpoint | None = None
         self._api_key = secrets.token_urlsafe(32)
         self._engine_registered = threading.Event()
         self._cancel = threading.Event()
@@ -190,7 +196,7 @@ class WorkerValidation:
         return self._api_key
 
     @property
-    def endpoint(self) -> LocalEndpoint | None:
+    def endpoint(self) -> ValidatedEndpoint | None:
         return self._endpoint
 
     @property
@@ -222,8 +228,13 @@ class WorkerValidation:
             self._hooks.append((label, hook, loop))
 
     def attach(
-        self, card: Any, engine: Any = None, *, served_name: str | None = None
-    ) -> LocalEndpoint | None:
+        self,
+        card: Any,
+        engine: Any = None,
+        *,
+        served_name: str | None = None,
+        pipeline: Any = None,
+    ) -> ValidatedEndpoint | None:
         """Claim the process's local endpoint for ``card``, start it and register ``engine``.
 
         Returns the endpoint, or None when validation is off (the worker is released at once),
@@ -231,6 +242,8 @@ class WorkerValidation:
         object), or when the card may not have one (prefill-only, LoRA, no chat surface): such
         an attach is logged and otherwise ignored, and a validation left with no endpoint stays
         held. ``served_name`` defaults to ``card.served_name``, then ``card.name``.
+        ``pipeline``: the card's ``shakedown.Pipeline`` when the worker already built one
+        (the endpoint then serves through it instead of building its own).
         """
         global _claim_owner, _claim_model
         model = served_name or getattr(card, "served_name", None) or getattr(card, "name", None)
@@ -269,6 +282,7 @@ class WorkerValidation:
                     port=self.config.local_port,
                     api_key=self._api_key,
                     enable_rl=self.config.enable_rl,
+                    pipeline=pipeline,
                 )
             except Exception as exc:
                 self._hold_at_attach(model, f"the local endpoint could not be built: {exc!r}")
@@ -287,6 +301,14 @@ class WorkerValidation:
         self._start_clock, self._start_wall = time.monotonic(), time.time()
         try:
             endpoint.start()
+        except OSError as exc:
+            port = self.config.local_port
+            where = f"127.0.0.1:{port} (set by {LOCAL_PORT_VAR})" if port else "127.0.0.1"
+            error = OSError(
+                exc.errno, f"the local endpoint cannot listen on {where}: {exc.strerror or exc}"
+            )
+            self._hold_at_attach(model, str(error))
+            raise error from exc
         except Exception as exc:
             self._hold_at_attach(model, f"the local endpoint failed to start: {exc!r}")
             raise
@@ -344,12 +366,23 @@ class WorkerValidation:
 
     def close(self) -> None:
         """Stop running gates (their process groups are killed), close the endpoint, and give
-        the process's endpoint claim back."""
+        the process's endpoint claim back. A worker stopped before its gates passed is never
+        released.
+
+        Waits a bounded time for the validation thread: every gate and async hook heeds the
+        stop at once, but a release hook that blocks without end cannot be interrupted.
+        """
         global _claim_owner, _claim_model
         self._cancel.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            thread.join(CLOSE_WAIT_S)
+            if thread.is_alive():
+                logger.error(
+                    "worker validation: still running %.0fs after close (a blocking release "
+                    "hook?); closing the endpoint anyway",
+                    CLOSE_WAIT_S,
+                )
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is not None:
             endpoint.stop()
@@ -378,30 +411,49 @@ class WorkerValidation:
             with self._lock:
                 self._state = "running"
                 self._reason = "validation gates are running"
-            assert self._endpoint is not None and self._model is not None
-            ctx = GateContext(
-                base_url=f"http://127.0.0.1:{self._endpoint.port}/v1",
-                model=self._model,
-                api_key=self._api_key,
-                log_dir=self._gate_log_dir(),
-                extra_env=self._parser_env(),
-            )
+            self._run_gates()
+        except BaseException as exc:  # a bug here must hold the worker, never release it
+            logger.exception("worker validation crashed")
+            self._finish(held_reason=f"validation crashed: {exc!r}", gates=[])
+
+    def _run_gates(self) -> None:
+        assert self._endpoint is not None and self._model is not None
+        # An unusable log directory (a symlink, another user's) fails each exec gate.
+        log_dir, temporary = self._gate_log_dir()
+        try:
             results = run_gates(
                 self.config.gates,
-                ctx,
+                GateContext(
+                    base_url=f"http://127.0.0.1:{self._endpoint.port}/v1",
+                    model=self._model,
+                    api_key=self._api_key,
+                    log_dir=log_dir,
+                    extra_env=self._parser_env(),
+                    inherit_env=self.config.inherit_env,
+                ),
                 parallel=self.config.parallel,
                 deadline=self._deadline(),
                 cancel=self._cancel,
             )
-            failed = [gate for gate in results if gate.outcome == "failed"]
-            if failed:
-                names = ", ".join(f"{gate.name!r} ({gate.reason})" for gate in failed)
-                self._finish(held_reason=f"gate(s) failed: {names}", gates=results)
-            else:
-                self._finish(held_reason=None, gates=results)
-        except Exception as exc:  # a bug here must hold the worker, never release it
-            logger.exception("worker validation crashed")
-            self._finish(held_reason=f"validation crashed: {exc!r}", gates=[])
+        finally:
+            if temporary:
+                shutil.rmtree(log_dir, ignore_errors=True)
+        if temporary:  # the report keeps each log's tail; the files are gone
+            results = [dataclasses.replace(result, log_path=None) for result in results]
+        self._finish(held_reason=self._held_by(results), gates=results)
+
+    def _held_by(self, results: list[GateResult]) -> str | None:
+        """Why these results hold the worker, or None when every configured gate passed."""
+        configured = [gate.name for gate in self.config.gates]
+        if [result.name for result in results] != configured:
+            return f"gate results do not match the configured gates {configured}"
+        if all(result.passed for result in results):
+            return None
+        failed = [result for result in results if result.outcome == "failed"]
+        # Skipped without a failure: validation was stopped before they ran.
+        listed = failed or [result for result in results if not result.passed]
+        names = ", ".join(f"{result.name!r} ({result.reason})" for result in listed)
+        return f"gate(s) failed: {names}" if failed else f"gate(s) not run: {names}"
 
     def _wait_for_engine(self) -> bool:
         deadline = self._deadline()
@@ -436,33 +488,40 @@ class WorkerValidation:
                 env[var] = value
         return env
 
-    def _gate_log_dir(self) -> Path:
+    def _gate_log_dir(self) -> tuple[Path, bool]:
+        """Where gate logs go, and whether the directory is temporary (removed at the end)."""
         if self._log_dir is not None:
-            return self._log_dir
+            return self._log_dir, False
         if self.config.report_path is not None:
             path = self.config.report_path
-            return path.with_name(path.stem + "-logs")
-        return Path(tempfile.mkdtemp(prefix="shakedown-validation-"))
+            return path.with_name(path.stem + "-logs"), False
+        return Path(tempfile.mkdtemp(prefix="shakedown-validation-")), True
 
     def _run_hooks(self) -> str | None:
         """Run the release hooks in order; return why one failed, or None."""
         deadline = self._deadline()
         for name, hook, loop in list(self._hooks):
+            if self._cancel.is_set():
+                return f"validation was stopped before release hook {name!r}"
             try:
                 outcome = hook()
                 if inspect.isawaitable(outcome):
                     _await_on(outcome, loop, deadline, self._cancel)
-            except Exception as exc:
+            except BaseException as exc:
                 logger.exception("worker validation: release hook %r failed", name)
                 return f"release hook {name!r} failed: {exc!r}"
         return None
 
     def _finish(self, *, held_reason: str | None, gates: list[GateResult]) -> None:
+        if held_reason is None and self._cancel.is_set():
+            held_reason = "validation was stopped"
         if held_reason is None:
             held_reason = self._run_hooks()
+        if held_reason is None and self._cancel.is_set():
+            held_reason = "validation was stopped while the release hooks ran"
         status: Literal["released", "held"] = "released" if held_reason is None else "held"
         reason = held_reason or (
-            f"all {len(gates)} gate(s) passed" if self.enabled else "validation is off"
+            f"all {len(self.config.gates)} gate(s) passed" if self.enabled else "validation is off"
         )
         endpoint = self._endpoint
         report = ValidationReport(
@@ -475,14 +534,6 @@ class WorkerValidation:
             duration_s=time.monotonic() - self._start_clock,
             gates=gates,
         )
-        if self.enabled:
-            report.log()
-            if self.config.report_path is not None:
-                try:
-                    json_path, xml_path = report.write(self.config.report_path)
-                    logger.info("worker validation report: %s, %s", json_path, xml_path)
-                except OSError as exc:
-                    logger.error("could not write the validation report: %r", exc)
         with self._lock:
             self._report = report
             self._state = status
@@ -492,19 +543,40 @@ class WorkerValidation:
                 waiters, self._waiters = self._waiters, []
             else:
                 waiters = []
+        try:
+            self._publish_report(report)
+        finally:
+            self._wake(waiters)
+            if status == "released" and endpoint is not None:
+                self._close_released_endpoint(endpoint)
+            self._finished.set()
+
+    def _publish_report(self, report: ValidationReport) -> None:
+        if not self.enabled:
+            return
+        try:
+            report.log()
+            if self.config.report_path is not None:
+                json_path, xml_path = report.write(self.config.report_path)
+                logger.info("worker validation report: %s, %s", json_path, xml_path)
+        except Exception:  # the outcome stands; only its record is missing
+            logger.exception("could not write the validation report")
+
+    @staticmethod
+    def _wake(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
         for loop, future in waiters:
             # A closed loop raises RuntimeError: nobody is waiting on it any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, future)
-        if status == "released" and endpoint is not None:
-            # Released workers take real traffic through the fleet; the loopback is done.
-            self._endpoint = None
-            try:
-                endpoint.stop()
-                logger.info("worker validation: released; local endpoint closed")
-            except Exception:  # the worker is released either way; only the loopback lingers
-                logger.exception("worker validation: the local endpoint did not close cleanly")
-        self._finished.set()
+
+    def _close_released_endpoint(self, endpoint: ValidatedEndpoint) -> None:
+        # Released workers take real traffic through the fleet; the loopback is done.
+        self._endpoint = None
+        try:
+            endpoint.stop()
+            logger.info("worker validation: released; local endpoint closed")
+        except Exception:  # the worker is released either way; only the loopback lingers
+            logger.exception("worker validation: the local endpoint did not close cleanly")
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

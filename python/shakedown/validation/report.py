@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import orjson
 
+from .files import write_private_file
+
 logger = logging.getLogger("shakedown.validation")
 
 Outcome = Literal["passed", "failed", "skipped"]
@@ -74,12 +76,12 @@ class ValidationReport:
         )
 
     def write(self, path: Path) -> tuple[Path, Path]:
-        """Write JSON at ``path`` and JUnit XML beside it (same name, ``.xml``)."""
+        """Write JSON at ``path`` and JUnit XML beside it (same name, ``.xml``), each 0600 and
+        each replacing whatever was there (a symlink is replaced, not followed)."""
         json_path = path.with_suffix(".json") if path.suffix == ".xml" else path
         xml_path = path.with_suffix(".xml")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_bytes(self.to_json())
-        xml_path.write_bytes(self.to_junit())
+        write_private_file(json_path, self.to_json())
+        write_private_file(xml_path, self.to_junit())
         return json_path, xml_path
 
     def log(self) -> None:

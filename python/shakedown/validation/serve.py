@@ -2,7 +2,7 @@
 
 ``cli.py`` owns the command; it calls :func:`add_gate_arguments` on its ``serve`` parser,
 :func:`validation_from_args` once arguments are parsed, and :func:`run_validated` with the
-card and engine it built.
+card, engine and pipeline it built (the endpoint serves through that same pipeline).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def run_validated(
     engine: Any,
     *,
     stop: threading.Event,
+    pipeline: Any = None,
     health_port: int | None = None,
     health_host: str = "127.0.0.1",
     out: TextIO | None = None,
@@ -89,7 +90,7 @@ def run_validated(
         health.start()
         print(f"HEALTH_URL=http://{health_host}:{health.port}/health", file=out, flush=True)
     try:
-        endpoint = validation.attach(card, engine)
+        endpoint = validation.attach(card, engine, pipeline=pipeline)
         if endpoint is None:
             print(f"shakedown serve: held: {validation.reason}", file=sys.stderr)
             return 1
