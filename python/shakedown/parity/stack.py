@@ -199,7 +199,8 @@ def start_dynamo_frontend(
     return proc
 
 
-def _serve_argv(python: str, dyn_site: str | None) -> list[str]:
+def serve_argv(python: str, dyn_site: str | None) -> list[str]:
+    """The argv prefix of `shakedown`; with `dyn_site`, that site dir is added after ours."""
     if dyn_site is None:
         return [python, "-m", "shakedown"]
     # Dynamo's packages go after ours on sys.path: shakedown's own dependencies win.
@@ -226,7 +227,7 @@ def start_shakedown(
 ) -> Proc:
     """`shakedown serve` on an ephemeral port; returns once it printed OPENAI_BASE_URL."""
     argv = [
-        *_serve_argv(sys.executable, dyn_site),
+        *serve_argv(sys.executable, dyn_site),
         "serve", "--model-dir", str(model_dir), "--model-name", model,
         "--engine", engine, "--port", "0",
     ]  # fmt: skip
