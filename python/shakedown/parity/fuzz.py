@@ -194,6 +194,8 @@ class FuzzStack:
     dynamo_python: Path
     model_dir: Path
     work_dir: Path
+    # The loopback's parsers when they deliberately differ (the mutation check).
+    loopback_pair: Pair | None = None
     procs: dict[str, stack.Proc] = field(default_factory=dict)
     loads: int = 0
 
@@ -235,13 +237,14 @@ class FuzzStack:
             self.procs["frontend"] = stack.start_dynamo_frontend(
                 self.dynamo_python, self.kv_dir, self.logs
             )
+        loopback = self.loopback_pair or self.pair
         self.procs["shakedown"] = stack.start_shakedown(
             self.model_dir,
             self.logs,
             name="shakedown",
             trace=trace,
-            tool_call_parser=self.pair.tool,
-            reasoning_parser=self.pair.reasoning,
+            tool_call_parser=loopback.tool,
+            reasoning_parser=loopback.reasoning,
         )
         stack.wait_ready(
             [self.procs["mocker"], self.procs["frontend"]], self.reference, stack.MODEL_NAME
@@ -646,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 for cls, n in report.classes.most_common():
                     print(f"  {n:4d}  {cls}", file=out)
-                chosen = _one_per_class(report.findings)[: args.shrink]
+                chosen = one_per_class(report.findings)[: args.shrink]
                 if chosen and not args.self_check:
                     shrink(fuzz_stack, chosen, jobs=args.jobs, log=lambda s: print(s, file=out))
                 for finding in chosen:
@@ -654,7 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if total_differ else 0
 
 
-def _one_per_class(findings: Iterable[Finding]) -> list[Finding]:
+def one_per_class(findings: Iterable[Finding]) -> list[Finding]:
     """The first finding of each class set, so shrinking covers distinct differences."""
     seen: set[tuple[str, ...]] = set()
     chosen = []
