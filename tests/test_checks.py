@@ -1,4 +1,6 @@
-"""The reference check runner against a real local OpenAI-style server, healthy and faulty."""
+"""The default suite (the nine checks every worker gets) against the real loopback endpoint:
+the tiny model through shakedown's mocker, scripted, random, or behind a proxy that breaks
+one thing; and `shakedown check` as a command and as an exec gate."""
 
 from __future__ import annotations
 
@@ -8,157 +10,238 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from openai_standin import StandInEndpoint
+from check_endpoints import FaultProxy, loopback, random_tokens, scripted, settings
 from shakedown.checks import Settings, run_checks
 from shakedown.checks.cli import main
-from shakedown.checks.runner import schema_problem
 from validation_helpers import RawSidecar, free_port, trickle
 
-
-def serve(**kwargs: object) -> Iterator[StandInEndpoint]:
-    endpoint = StandInEndpoint(registered=True, **kwargs)  # type: ignore[arg-type]
-    endpoint.start()
-    try:
-        yield endpoint
-    finally:
-        endpoint.stop()
+DEFAULT_CHECKS = [
+    "models", "chat", "chat-stream", "reasoning", "tool-call", "completions", "max-tokens",
+    "stop-sequence", "bad-input",
+]  # fmt: skip
 
 
-@pytest.fixture
-def healthy() -> Iterator[StandInEndpoint]:
-    yield from serve(api_key="tok")
+def outcomes(url: str, **fields: Any) -> dict[str, tuple[str, str]]:
+    return {r.name: (r.outcome, r.reason) for r in run_checks(settings(url, **fields))}
 
 
-def outcomes(endpoint: StandInEndpoint, **settings: object) -> dict[str, tuple[str, str]]:
-    base = {"base_url": endpoint.base_url, "api_key": endpoint.api_key, "model": endpoint.model}
-    results = run_checks(Settings(**(base | settings)))  # type: ignore[arg-type]
-    return {r.name: (r.outcome, r.reason) for r in results}
+@pytest.fixture(scope="module")
+def tiny_url() -> Any:
+    with loopback() as endpoint:
+        yield endpoint.base_url
 
 
-def test_healthy_endpoint_passes_every_applicable_check(healthy: StandInEndpoint) -> None:
-    got = outcomes(healthy, expect_tools=True)
-    assert {name for name, (outcome, _) in got.items() if outcome == "passed"} == {
-        "models", "chat", "chat-stream", "tool-call", "completions", "max-tokens",
-        "stop-sequence", "bad-input",
-    }  # fmt: skip
-    assert got["reasoning"][0] == "skipped"
-    assert "stopped before" in got["stop-sequence"][1]
+def test_the_tiny_worker_passes_all_nine_every_time(tiny_url: str) -> None:
+    for _ in range(20):
+        got = outcomes(tiny_url, expect_tools=True, expect_reasoning=True)
+        assert list(got) == DEFAULT_CHECKS
+        assert {name for name, (outcome, _) in got.items() if outcome == "passed"} == set(got), got
+    assert "structurally equal" in got["chat-stream"][1]
+    assert "calls ['get_weather']" in got["chat-stream"][1]
 
 
-def test_reasoning_checked_when_expected() -> None:
-    for endpoint in serve(api_key=None, reasoning=True):
-        got = outcomes(endpoint, expect_reasoning=True)
-        assert got["reasoning"][0] == "passed", got["reasoning"]
-        assert got["chat-stream"][0] == "passed", got["chat-stream"]
+def test_without_parsers_reasoning_and_tools_are_skipped(tiny_url: str) -> None:
+    got = outcomes(tiny_url)
+    assert got["reasoning"][0] == got["tool-call"][0] == "skipped"
+    assert "DYN_VALIDATION_EXPECT_TOOLS" in got["tool-call"][1]
+    assert all(outcome == "passed" for name, (outcome, _) in got.items() if name not in (
+        "reasoning", "tool-call"))  # fmt: skip
 
 
-def test_missing_reasoning_fails_when_expected(healthy: StandInEndpoint) -> None:
-    got = outcomes(healthy, expect_reasoning=True)
-    assert got["reasoning"][0] == "failed"
-    assert "no reasoning_content" in got["reasoning"][1]
+def test_random_tokens_pass_every_time() -> None:
+    # The flaky verdict: the mocker answers random tokens, different on every request, so a
+    # streamed answer never equals the unary one and a stop word picked from one answer is
+    # not in the next. Neither may fail a healthy worker.
+    with loopback(random_tokens) as endpoint:
+        for _ in range(20):
+            got = outcomes(endpoint.base_url, expect_reasoning=True)
+            assert {o for o, _ in got.values()} == {"passed", "skipped"}, got
+            assert got["tool-call"][0] == "skipped"
+
+
+def test_deterministic_suite_compares_bytes_and_catches_random_answers() -> None:
+    # Said to be deterministic, the same engine fails: byte equality is only asked for then.
+    with loopback(random_tokens) as endpoint:
+        got = outcomes(endpoint.base_url, deterministic=True)
+    assert got["chat-stream"][0] == "failed"
+    assert "reasoning_content streamed" in got["chat-stream"][1]
+
+
+def test_deterministic_stop_cut_is_exact(tiny_url: str) -> None:
+    got = outcomes(tiny_url, deterministic=True, expect_reasoning=True, expect_tools=True)
+    assert got["stop-sequence"][0] == "passed"
+    assert got["stop-sequence"][1].startswith("stopped before '")
+    assert "byte-equal" in got["chat-stream"][1]
 
 
 @pytest.mark.parametrize(
-    ("fault", "check", "words"),
+    ("fault", "failed"),
     [
-        ("stream_mismatch", "chat-stream", "concatenate"),
-        ("no_done", "chat-stream", "[DONE]"),
-        ("bad_input_500", "bad-input", "HTTP 500"),
-        ("tool_args_invalid", "tool-call", "not valid JSON"),
-        ("ignore_stop", "stop-sequence", "stop sequence is in the output"),
-        ("ignore_max_tokens", "max-tokens", "not 'length'"),
-        ("model_missing", "models", "not listed"),
-        ("reasoning_in_content", "reasoning", "no reasoning_content"),
+        # A tool-call parser broken in the stream path: the stream's calls leak as content.
+        (
+            "leak_tool_calls",
+            {
+                "chat-stream": "the stream called [], the unary answer ['get_weather']",
+                "tool-call": "stream: no tool call; content 'Let me check that for you.<tool_call>",
+            },
+        ),
+        (
+            "truncate_arguments",
+            {
+                "chat-stream": "stream: get_weather: arguments are not valid JSON",
+                "tool-call": "stream: get_weather: arguments are not valid JSON",
+            },
+        ),
+        (
+            "no_done",
+            {
+                check: "did not end with 'data: [DONE]'"
+                for check in ("chat-stream", "reasoning", "tool-call", "stop-sequence")
+            },
+        ),
+        ("bad_input_500", {"bad-input": "HTTP 500, want 4xx"}),
+        ("ignore_stop", {"stop-sequence": "stop='e' is in the content"}),
+        ("ignore_max_tokens", {"max-tokens": "max_tokens=3 but"}),
+        ("model_missing", {"models": "model 'tiny' is not listed"}),
     ],
 )
-def test_each_fault_is_caught(fault: str, check: str, words: str) -> None:
-    for endpoint in serve(api_key=None, reasoning=True, faults=frozenset({fault})):
-        got = outcomes(endpoint, expect_tools=True, expect_reasoning=True)
-        assert got[check][0] == "failed", got[check]
-        assert words in got[check][1]
+def test_each_frontend_fault_fails_its_checks(
+    tiny_url: str, fault: str, failed: dict[str, str]
+) -> None:
+    with FaultProxy(tiny_url, fault) as proxy:
+        got = outcomes(proxy.base_url, expect_tools=True, expect_reasoning=True)
+    assert {name for name, (outcome, _) in got.items() if outcome == "failed"} == set(failed), got
+    for name, words in failed.items():
+        assert words in got[name][1], got[name]
 
 
-def test_wrong_token_fails_every_request(healthy: StandInEndpoint) -> None:
-    got = outcomes(healthy, api_key="wrong")
-    assert got["models"][0] == "failed"
-    assert "HTTP 401" in got["models"][1]
+def test_reasoning_markup_in_content_fails_the_reasoning_check() -> None:
+    # No reasoning parser on the card: the model's <think> block stays in content.
+    with loopback(reasoning_parser=None) as endpoint:
+        got = outcomes(endpoint.base_url, expect_reasoning=True, expect_tools=True)
+    assert got["reasoning"][0] == "failed"
+    assert "'<think>' leaked into content" in got["reasoning"][1]
 
 
-def test_unset_model_uses_the_first_listed(healthy: StandInEndpoint) -> None:
-    got = outcomes(healthy, model=None)
-    assert got["models"] == ("passed", "using the first listed model 'standin'")
+def test_invalid_tool_arguments_fail_the_tool_check() -> None:
+    bad = '<think>x</think><tool_call>{"name": "get_weather", "arguments": {"city": 7}}</tool_call><EOS>'
+    with loopback(scripted({"tool": [bad]})) as endpoint:
+        got = outcomes(endpoint.base_url, expect_tools=True)
+    assert got["tool-call"][0] == "failed"
+    assert "$.city should be string, got integer" in got["tool-call"][1]
+    # the consistency check judges the same arguments against the tool's schema
+    assert got["chat-stream"][0] == "failed"
+
+
+def test_an_answer_that_reaches_no_stop_string_is_inconclusive_not_failed() -> None:
+    # Random-length answers without 'e' or '。' prove nothing about stop strings.
+    with loopback(scripted({"tool": ["<think>Ok.</think>Hi, I am OK.<EOS>"]})) as endpoint:
+        got = outcomes(endpoint.base_url, max_tokens=3)
+    assert got["stop-sequence"][0] == "skipped"
+    assert "no answer reached any of the stop strings" in got["stop-sequence"][1]
+
+
+def test_wrong_token_fails_every_request() -> None:
+    with loopback(api_key="tok") as endpoint:
+        got = outcomes(endpoint.base_url, api_key="wrong")
+        assert got["models"][0] == "failed" and "HTTP 401" in got["models"][1]
+        assert outcomes(endpoint.base_url, api_key="tok")["chat"][0] == "passed"
+
+
+def test_unset_model_uses_the_first_listed(tiny_url: str) -> None:
+    got = outcomes(tiny_url, model=None)
+    assert got["models"] == ("passed", "using the first listed model 'tiny'")
     assert got["chat"][0] == "passed"
 
 
 def test_unreachable_endpoint_fails_not_crashes() -> None:
     # A port just freed has no listener: every check must fail cleanly, none may raise.
-    got = outcomes_for_url(f"http://127.0.0.1:{free_port()}/v1")
+    got = outcomes(f"http://127.0.0.1:{free_port()}/v1", timeout_s=2)
     assert {outcome for outcome, _ in got.values()} <= {"failed", "skipped"}
     assert "ConnectionRefusedError" in got["models"][1]
 
 
-def outcomes_for_url(url: str) -> dict[str, tuple[str, str]]:
-    results = run_checks(Settings(base_url=url, api_key=None, model="m", timeout_s=2))
-    return {r.name: (r.outcome, r.reason) for r in results}
-
-
-def test_cli_summary_json_and_junit(healthy: StandInEndpoint, tmp_path: Path) -> None:
-    json_path, junit_path = tmp_path / "checks.json", tmp_path / "checks.xml"
-    parser_args = [
-        "--base-url", healthy.base_url, "--api-key", "tok", "--model", "standin",
-        "--json", str(json_path), "--junit", str(junit_path),
+def test_cli_lines_table_json_junit_html(tiny_url: str, tmp_path: Path) -> None:
+    paths = {kind: tmp_path / f"checks.{kind}" for kind in ("json", "xml", "html")}
+    argv = [
+        "--base-url", tiny_url, "--model", "tiny", "--expect-tools",
+        "--json", str(paths["json"]), "--junit", str(paths["xml"]), "--html", str(paths["html"]),
     ]  # fmt: skip
     out = io.StringIO()
-    assert main(parser_args, out=out) == 0
+    assert main(argv, out=out) == 0
     lines = out.getvalue().splitlines()
+    assert lines[0].endswith("suite 'default'")
     assert lines[1].startswith("[1/9] models")
-    assert lines[-1].startswith("OK: of 9 checks")
-    report = json.loads(json_path.read_text())
-    assert report["passed"] is True
-    assert [c["name"] for c in report["checks"]][:3] == ["models", "chat", "chat-stream"]
-    suite = ET.parse(junit_path).getroot().find("testsuite")
-    assert suite is not None and suite.get("tests") == "9" and suite.get("failures") == "0"
+    assert lines[-1] == "OK: of 9 checks 8 passed, 0 failed, 1 skipped"
+    table = lines[lines.index(next(x for x in lines if x.startswith("check "))) :]
+    assert [row.split()[0] for row in table[2:-1]] == DEFAULT_CHECKS
+    report = json.loads(paths["json"].read_text())
+    assert report["passed"] is True and report["suite"] == "default"
+    assert [c["name"] for c in report["checks"]] == DEFAULT_CHECKS
+    assert report["checks"][4]["cases"] == [
+        {"name": "weather", "outcome": "passed", "duration_s": report["checks"][4]["cases"][0][
+            "duration_s"], "reason": "1/1 rows passed"}
+    ]  # fmt: skip
+    suite = ET.parse(paths["xml"]).getroot().find("testsuite")
+    assert suite is not None
+    names = [case.get("name") for case in suite.iter("testcase")]
+    # a testcase per check, and per case group inside one (chat-stream's pairs, tool groups)
+    assert names == [
+        "models", "chat", "chat-stream", "chat-stream[chat]", "chat-stream[tools]", "reasoning",
+        "tool-call", "tool-call[weather]", "completions", "max-tokens", "stop-sequence",
+        "bad-input",
+    ]  # fmt: skip
+    assert suite.get("failures") == "0" and suite.get("skipped") == "1"
+    page = paths["html"].read_text()
+    assert page.startswith("<!doctype html>") and "OK: of 9 checks" in page
 
 
-def test_cli_exit_1_on_failure() -> None:
-    for endpoint in serve(api_key=None, faults=frozenset({"no_done"})):
-        assert main(["--base-url", endpoint.base_url, "--model", "standin"]) == 1
+def test_cli_exit_1_and_the_failure_in_every_report(tiny_url: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    html = tmp_path / "r.html"
+    with FaultProxy(tiny_url, "bad_input_500") as proxy:
+        out = io.StringIO()
+        code = main(
+            ["--base-url", proxy.base_url, "--json", str(report), "--html", str(html)], out=out
+        )
+    assert code == 1
+    assert out.getvalue().splitlines()[-1].startswith("FAILED: of 9 checks")
+    failed = [c for c in json.loads(report.read_text())["checks"] if c["outcome"] == "failed"]
+    assert [c["name"] for c in failed] == ["bad-input"]
+    assert "HTTP 500" in html.read_text()
 
 
-def test_works_as_an_exec_gate_from_the_environment(healthy: StandInEndpoint) -> None:
-    # Exactly what a gate gets: the three variables, nothing on the command line.
+def test_bad_suite_file_is_an_error_not_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = tmp_path / "s.json"
+    suite.write_text(json.dumps({"check": [{"kind": "latency", "requets": 3}]}))
+    assert main(["--base-url", "http://127.0.0.1:9/v1", "--suite", str(suite)]) == 1
+    assert "unknown key(s) requets" in capsys.readouterr().err
+
+
+def test_works_as_an_exec_gate_from_the_environment(tiny_url: str) -> None:
+    # Exactly what a gate gets: the three variables and the card's parsers, no arguments.
     env = {
         **os.environ,
-        "OPENAI_BASE_URL": healthy.base_url,
-        "OPENAI_API_KEY": "tok",
-        "DYN_VALIDATION_MODEL": "standin",
+        "OPENAI_BASE_URL": tiny_url,
+        "DYN_VALIDATION_MODEL": "tiny",
         "DYN_VALIDATION_TOOL_CALL_PARSER": "hermes",
+        "DYN_VALIDATION_REASONING_PARSER": "deepseek_r1",
     }
+    env.pop("OPENAI_API_KEY", None)
     run = subprocess.run(
         [sys.executable, "-m", "shakedown.checks"],
-        env=env, capture_output=True, text=True, timeout=30,
+        env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "tool-call      ok" in run.stdout
-
-
-def test_schema_problem() -> None:
-    schema = {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
-        "required": ["city"],
-        "additionalProperties": False,
-    }
-    assert schema_problem({"city": "Paris"}, schema) is None
-    assert schema_problem({}, schema) == "$ is missing required 'city'"
-    assert schema_problem({"city": 3}, schema) == "$.city should be string, got int"
-    assert schema_problem({"city": "x", "unit": "k"}, schema) is not None
-    assert schema_problem({"city": "x", "extra": 1}, schema) == "$ has unexpected property 'extra'"
+    assert "tool-call      ok" in run.stdout and "reasoning      ok" in run.stdout
+    assert run.stdout.splitlines()[-1] == "OK: of 9 checks 9 passed, 0 failed, 0 skipped"
 
 
 def test_a_trickling_endpoint_fails_each_check_within_its_timeout() -> None:

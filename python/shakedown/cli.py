@@ -16,6 +16,7 @@ from typing import Any
 
 from shakedown._core import Pipeline
 from shakedown.checks import add_check_subcommand
+from shakedown.doctor import add_doctor_subcommand
 from shakedown.engines.mocker import Mocker, load_replay_trace, script_table
 from shakedown.integrations.dynamo_run import add_run_subcommand
 from shakedown.parity import add_parity_subcommand
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve(commands)
     add_run_subcommand(commands)
     add_check_subcommand(commands)
+    add_doctor_subcommand(commands)
     add_parity_subcommand(commands)
     return parser
 

@@ -94,6 +94,13 @@ impl Pipeline {
         self.preprocessor.card().tool_call_parser.as_deref()
     }
 
+    /// True when the chat template does not read `reasoning_content`, so an assistant's
+    /// reasoning is folded into its content as `<think>…</think>` (as the reference does).
+    #[getter]
+    fn folds_reasoning(&self) -> bool {
+        self.preprocessor.folds_reasoning()
+    }
+
     #[getter]
     fn eos_token_ids(&self) -> Vec<u32> {
         self.preprocessor.card().eos_token_ids.clone()

@@ -172,6 +172,14 @@ impl Preprocessor {
         self.card.tokenizer()
     }
 
+    /// Whether an assistant's `reasoning_content` reaches the template folded into its
+    /// content as `<think>…</think>`, because the template does not read the field.
+    pub fn folds_reasoning(&self) -> bool {
+        self.template
+            .as_ref()
+            .is_some_and(|t| !t.reads_reasoning_content())
+    }
+
     fn check_model(&self, model: &str) -> Result<(), HttpError> {
         if model == self.card.served_name {
             Ok(())

@@ -1,7 +1,8 @@
 """``shakedown check`` / ``python -m shakedown.checks``: check an OpenAI endpoint, exit 0 or 1.
 
 It reads ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``DYN_VALIDATION_MODEL``, which is exactly
-what a validation gate is given, so it works as an exec gate as it is.
+what a validation gate is given, so it works as an exec gate as it is. Without ``--suite`` it
+runs the default suite (nine checks); ``--suite FILE`` runs a TOML (Python 3.11+) or JSON suite.
 """
 
 from __future__ import annotations
@@ -9,17 +10,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import orjson
-
-from shakedown.validation.report import JUnitCase, junit_xml
-
-from .runner import CheckResult, Settings, run_checks
-
-_MARKS = {"passed": "ok", "failed": "FAIL", "skipped": "skip"}
+from . import report
+from .attach import AttachError, find
+from .context import Settings
+from .options import SuiteError
+from .runner import run_suite
+from .suite import default_suite, load_suite
 
 
 def add_check_subcommand(subparsers: Any) -> argparse.ArgumentParser:
@@ -40,8 +41,20 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", help="model to check (default: $DYN_VALIDATION_MODEL, else the first listed)"
     )
+    parser.add_argument(
+        "--suite", type=Path, help="a suite file, TOML or JSON (default: the nine built-in checks)"
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
-    parser.add_argument("--max-tokens", type=int, default=64, help="max_tokens of the chat checks")
+    parser.add_argument(
+        "--max-tokens", type=int, help="max_tokens of the chat checks (default: the suite's, 64)"
+    )
+    parser.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the engine answers a request the same every time: compare stream and unary "
+        "byte for byte (default: the suite's setting, off)",
+    )
     parser.add_argument(
         "--expect-reasoning",
         action=argparse.BooleanOptionalAction,
@@ -56,8 +69,18 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the tool-call round trip (default: $DYN_VALIDATION_EXPECT_TOOLS, or on when "
         "$DYN_VALIDATION_TOOL_CALL_PARSER is set)",
     )
+    parser.add_argument(
+        "--attach",
+        nargs="?",
+        type=int,
+        const=0,
+        metavar="PID",
+        help="check a held worker's loopback endpoint in this pod, found from the record it "
+        "leaves (token read from its 0600 file); PID picks a worker (default: the latest)",
+    )
     parser.add_argument("--json", type=Path, help="write a JSON report here")
     parser.add_argument("--junit", type=Path, help="write a JUnit XML report here")
+    parser.add_argument("--html", type=Path, help="write a one-page HTML report here")
 
 
 def _expect(
@@ -71,15 +94,9 @@ def _expect(
     return bool(environ.get(parser_var, "").strip())
 
 
-def run_from_args(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    environ = os.environ
-    base_url = args.base_url or environ.get("OPENAI_BASE_URL", "")
-    if not base_url:
-        print("shakedown check: set OPENAI_BASE_URL or pass --base-url", file=sys.stderr)
-        return 1
-    settings = Settings(
-        base_url=base_url,
+def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    return Settings(
+        base_url=args.base_url or environ.get("OPENAI_BASE_URL", ""),
         api_key=args.api_key or environ.get("OPENAI_API_KEY") or None,
         model=args.model or environ.get("DYN_VALIDATION_MODEL") or None,
         timeout_s=args.timeout,
@@ -96,53 +113,68 @@ def run_from_args(args: argparse.Namespace, *, out: TextIO | None = None) -> int
             "DYN_VALIDATION_EXPECT_TOOLS",
             "DYN_VALIDATION_TOOL_CALL_PARSER",
         ),
+        deterministic=args.deterministic,
     )
-    model = repr(settings.model) if settings.model else "the first listed model"
-    print(f"shakedown check: {settings.base_url}, {model}", file=out, flush=True)
 
-    def progress(number: int, total: int, result: CheckResult) -> None:
-        print(
-            f"[{number}/{total}] {result.name:<14} {_MARKS[result.outcome]:<4} "
-            f"({result.duration_s * 1000:.0f} ms) {result.reason}",
-            file=out,
-            flush=True,
-        )
 
+def attached(args: argparse.Namespace, environ: Mapping[str, str]) -> Mapping[str, str]:
+    """``environ`` as a gate of the held worker would see it (``--attach``)."""
+    record, token = find(args.attach or None)
+    seen = {
+        **environ,
+        "OPENAI_BASE_URL": record.base_url,
+        "OPENAI_API_KEY": token,
+        "DYN_VALIDATION_MODEL": record.model,
+    }
+    for var, value in (
+        ("DYN_VALIDATION_REASONING_PARSER", record.reasoning_parser),
+        ("DYN_VALIDATION_TOOL_CALL_PARSER", record.tool_call_parser),
+    ):
+        if value:
+            seen[var] = value
+    return seen
+
+
+def run_from_args(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    environ: Mapping[str, str] = os.environ
+    if args.attach is not None:
+        try:
+            environ = attached(args, environ)
+        except AttachError as exc:
+            print(f"shakedown check: {exc}", file=sys.stderr)
+            return 1
+    settings = settings_from_args(args, environ)
+    if not settings.base_url:
+        print("shakedown check: set OPENAI_BASE_URL or pass --base-url", file=sys.stderr)
+        return 1
     try:
-        results = run_checks(settings, progress)
-    except ValueError as exc:
+        suite = default_suite() if args.suite is None else load_suite(args.suite)
+    except SuiteError as exc:
         print(f"shakedown check: {exc}", file=sys.stderr)
         return 1
-    failed = [r for r in results if r.outcome == "failed"]
-    passed = sum(r.outcome == "passed" for r in results)
-    skipped = sum(r.outcome == "skipped" for r in results)
-    verdict = "FAILED" if failed else "OK"
+    model = repr(settings.model) if settings.model else "the first listed model"
     print(
-        f"{verdict}: of {len(results)} checks {passed} passed, {len(failed)} failed, "
-        f"{skipped} skipped",
-        file=out,
-        flush=True,
+        f"shakedown check: {settings.base_url}, {model}, suite {suite.name!r}", file=out, flush=True
     )
+    started, clock = time.time(), time.monotonic()
+    try:
+        results = run_suite(suite, settings, report.LineProgress(out, live=out.isatty()))
+    except ValueError as exc:  # a base URL the client cannot use
+        print(f"shakedown check: {exc}", file=sys.stderr)
+        return 1
+    info = report.RunInfo(
+        settings.base_url, settings.model, suite.name, started, time.monotonic() - clock
+    )
+    print(report.table(results), file=out)
+    print(report.summary_line(results), file=out, flush=True)
     if args.json is not None:
-        report = {
-            "base_url": settings.base_url,
-            "model": settings.model,
-            "passed": not failed,
-            "checks": [
-                {
-                    "name": r.name,
-                    "outcome": r.outcome,
-                    "duration_s": round(r.duration_s, 3),
-                    "reason": r.reason,
-                }
-                for r in results
-            ],
-        }
-        args.json.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+        args.json.write_bytes(report.to_json(info, results))
     if args.junit is not None:
-        cases = [JUnitCase(r.name, r.outcome, r.duration_s, r.reason) for r in results]
-        args.junit.write_bytes(junit_xml("shakedown.checks", cases))
-    return 1 if failed else 0
+        args.junit.write_bytes(report.to_junit(results))
+    if args.html is not None:
+        args.html.write_text(report.to_html(info, results), encoding="utf-8")
+    return 1 if any(r.outcome == "failed" for r in results) else 0
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:

@@ -3,6 +3,7 @@ bounded by one deadline (``shakedown.httpclient``)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,9 @@ class Stream:
     done: bool = False
     problems: list[str] = field(default_factory=list)
     body: bytes = b""
+    # When each chunk arrived, in seconds after the request was sent (for latency checks).
+    sent_at: float = 0.0
+    chunk_times: list[float] = field(default_factory=list)
 
 
 class Client:
@@ -61,6 +65,7 @@ class Client:
 
     def stream(self, path: str, payload: Any) -> Stream:
         """POST with ``stream: true`` and read the SSE stream, noting every framing problem."""
+        sent_at = time.monotonic()
         with exchange(
             "POST",
             self._base.at(path),
@@ -68,7 +73,7 @@ class Client:
             body=orjson.dumps(payload),
             headers=self._headers("text/event-stream"),
         ) as response:
-            result = Stream(response.status, response.content_type)
+            result = Stream(response.status, response.content_type, sent_at=sent_at)
             if response.status != 200:
                 result.body = response.read()
                 return result
@@ -121,3 +126,4 @@ def _take_event(data: bytes, result: Stream) -> None:
         result.problems.append(f"an error event: {orjson.dumps(chunk['error']).decode()[:200]}")
         return
     result.chunks.append(chunk)
+    result.chunk_times.append(time.monotonic() - result.sent_at)

@@ -90,6 +90,14 @@ class _Loopback:
     def register_engine(self, engine: Any) -> None:
         self._registry.register(self._engine_key, engine)
 
+    def configuration_problem(self) -> str | None:
+        """Why the card's parsers do not read its chat template, or None (``shakedown.doctor``)."""
+        doctor = importlib.import_module("shakedown.doctor")
+        problem: str | None = doctor.configuration_problem(
+            self._endpoint.pipeline, self._endpoint.card
+        )
+        return problem
+
 
 def loopback_endpoint(
     card: Any, *, port: int, api_key: str, enable_rl: bool, pipeline: Any = None
@@ -142,6 +150,7 @@ class WorkerValidation:
         self._card: Any = None
         self._endpoint: ValidatedEndpoint | None = None
         self._api_key = secrets.token_urlsafe(32)
+        self._record: Any = None  # where an operator finds the endpoint (shakedown.checks.attach)
         self._engine_registered = threading.Event()
         self._cancel = threading.Event()
         self._released = threading.Event()
@@ -318,6 +327,13 @@ class WorkerValidation:
             model,
             endpoint.port,
         )
+        # For an operator in the pod: where the endpoint and its token are (never the token).
+        self._record = importlib.import_module("shakedown.checks.attach").publish(
+            f"http://127.0.0.1:{endpoint.port}/v1",
+            model,
+            self._api_key,
+            **self._parsers(),
+        )
         self._start_thread()
         if engine is not None:
             self.register_engine(engine)
@@ -386,6 +402,7 @@ class WorkerValidation:
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is not None:
             endpoint.stop()
+        self._withdraw_record()
         with _claim_lock:
             if _claim_owner is self:
                 _claim_owner, _claim_model = None, None
@@ -405,6 +422,12 @@ class WorkerValidation:
         try:
             if not self.enabled:
                 self._finish(held_reason=None, gates=[])
+                return
+            # A parser that does not match the template holds the worker before any gate.
+            check = getattr(self._endpoint, "configuration_problem", None)
+            problem = check() if check is not None else None
+            if problem is not None:
+                self._finish(held_reason=f"the configuration is wrong: {problem}", gates=[])
                 return
             if not self._wait_for_engine():
                 return
@@ -475,18 +498,18 @@ class WorkerValidation:
             self._engine_registered.wait(0.05)
         return True
 
+    def _parsers(self) -> dict[str, str]:
+        parsers: dict[str, str] = {}
+        for attr in ("reasoning_parser", "tool_call_parser"):
+            value = getattr(self._card, attr, None)
+            if isinstance(value, str) and value:
+                parsers[attr] = value
+        return parsers
+
     def _parser_env(self) -> dict[str, str]:
         # Tell the check runner which parsers the card uses, so it knows to expect
         # reasoning_content and tool calls.
-        env: dict[str, str] = {}
-        for attr, var in (
-            ("reasoning_parser", "DYN_VALIDATION_REASONING_PARSER"),
-            ("tool_call_parser", "DYN_VALIDATION_TOOL_CALL_PARSER"),
-        ):
-            value = getattr(self._card, attr, None)
-            if isinstance(value, str) and value:
-                env[var] = value
-        return env
+        return {f"DYN_VALIDATION_{attr.upper()}": value for attr, value in self._parsers().items()}
 
     def _gate_log_dir(self) -> tuple[Path, bool]:
         """Where gate logs go, and whether the directory is temporary (removed at the end)."""
@@ -533,6 +556,7 @@ class WorkerValidation:
             started_at=self._start_wall,
             duration_s=time.monotonic() - self._start_clock,
             gates=gates,
+            token_file=None if self._record is None else self._record.token_file,
         )
         with self._lock:
             self._report = report
@@ -577,6 +601,12 @@ class WorkerValidation:
             logger.info("worker validation: released; local endpoint closed")
         except Exception:  # the worker is released either way; only the loopback lingers
             logger.exception("worker validation: the local endpoint did not close cleanly")
+        self._withdraw_record()
+
+    def _withdraw_record(self) -> None:
+        record, self._record = self._record, None
+        if record is not None:
+            importlib.import_module("shakedown.checks.attach").withdraw(record)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

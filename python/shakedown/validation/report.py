@@ -48,6 +48,8 @@ class ValidationReport:
     started_at: float
     duration_s: float
     gates: list[GateResult] = field(default_factory=list)
+    # The 0600 file holding the held endpoint's bearer token (the token is never reported).
+    token_file: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
