@@ -419,6 +419,15 @@ impl ResponseState {
             return;
         }
         let index = choice.index;
+        // Answer text the tool jail swallowed: Dynamo's chunk (and the role on it) is
+        // gone; the role rides on the next chunk that goes out.
+        let swallowed = answered
+            && self.delta.is_empty()
+            && finish.is_none()
+            && self.plan.surface == Surface::Chat;
+        if swallowed {
+            return;
+        }
         let role = std::mem::take(&mut choice.first);
         let running = self.plan.continuous_usage.then(|| Usage {
             reasoning_tokens: self.reasoning_tokens(),
