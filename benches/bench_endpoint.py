@@ -12,13 +12,19 @@ per request of iterating the same engine directly (engine alone, and engine plus
 the pipeline's exchange), the resident memory attaching the endpoint adds (pipeline
 and tokenizer loaded), and the CPU the attached endpoint uses while idle.
 
+With --slowloris it measures instead how long a probe takes while N connections sit idle
+(connected, nothing sent): an authenticated chat request and /live on the endpoint, /live on
+the standalone health server, each against a fresh set of idle connections, capped at 40 s.
+
 usage: python benches/bench_endpoint.py [--requests 2000] [--seconds 5] [--json OUT]
+       python benches/bench_endpoint.py --slowloris [--idle 128,500] [--limit N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -235,6 +241,96 @@ def attach_cost(idle_seconds: float) -> dict[str, float]:
     return {"rss_added_mib": rss / 2**20, "idle_cpu_ms_per_s": 1000 * cpu / wall}
 
 
+SLOWLORIS_SERVER = """
+import sys
+import shakedown.hosting
+if len(sys.argv) > 1:
+    shakedown.hosting.MAX_CONNECTIONS = int(sys.argv[1])
+from shakedown.cli import TINY_MODEL, make_mocker
+from shakedown.endpoint import EngineRegistry, ModelCard, attach
+from shakedown.validation import HealthServer, WorkerValidation
+card = ModelCard(str(TINY_MODEL), served_name="tiny")
+registry = EngineRegistry()
+endpoint = attach(card, registry, api_key="bench")
+registry.register(card.endpoint, make_mocker(endpoint.pipeline, TINY_MODEL).generate)
+health = HealthServer(WorkerValidation.from_env({}))
+health.start()
+print(endpoint.port, health.port, flush=True)
+sys.stdin.read()
+"""
+PROBE_CAP_S = 40.0
+
+
+def timed_probe(port: int, request: bytes) -> float | None:
+    """Seconds until the response's first bytes arrive on a fresh connection, None past the cap."""
+    start = time.perf_counter()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=PROBE_CAP_S) as conn:
+            conn.sendall(request)
+            if not conn.recv(65536).startswith(b"HTTP/1.1 200"):
+                raise RuntimeError("the probe was not answered 200")
+    except TimeoutError:
+        return None
+    return time.perf_counter() - start
+
+
+def hold_idle(port: int, count: int) -> list[socket.socket]:
+    held = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            sock.connect(("127.0.0.1", port))
+        held.append(sock)
+    return held
+
+
+def slowloris(idle_counts: list[int], limit: int | None) -> list[dict[str, float | int | None]]:
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    argv = [sys.executable, "-c", SLOWLORIS_SERVER, *([str(limit)] if limit else [])]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    port, health_port = map(int, proc.stdout.readline().split())
+    body = chat_body(False)
+    auth = b"authorization: Bearer bench\r\n"
+    chat = http_request(body).replace(b"host: 127.0.0.1\r\n", b"host: 127.0.0.1\r\n" + auth)
+    live = b"GET /live HTTP/1.1\r\nhost: 127.0.0.1\r\n" + auth + b"\r\n"
+    probes = [("chat_s", port, chat), ("live_s", port, live), ("health_live_s", health_port, live)]
+    rows: list[dict[str, float | int | None]] = []
+    try:
+        for count in idle_counts:
+            row: dict[str, float | int | None] = {"idle": count}
+            for name, target, request in probes:
+                held = hold_idle(target, count)
+                try:
+                    row[name] = timed_probe(target, request)
+                finally:
+                    for sock in held:
+                        sock.close()
+            rows.append(row)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+    return rows
+
+
+def print_slowloris(rows: list[dict[str, float | int | None]], limit: int | None) -> None:
+    def shown(value: float | int | None) -> str:
+        return f"> {PROBE_CAP_S:.0f} s" if value is None else f"{1000 * float(value):.1f} ms"
+
+    print(f"connection limit: {limit or 'default'}")
+    print("| idle connections | authenticated chat | /live | health server /live |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['idle']} | {shown(row['chat_s'])} | {shown(row['live_s'])} "
+            f"| {shown(row['health_live_s'])} |"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -243,7 +339,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="time cap per scenario")
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--slowloris", action="store_true", help="measure under idle connections")
+    parser.add_argument("--idle", default="128,500", help="idle connection counts (--slowloris)")
+    parser.add_argument("--limit", type=int, help="the servers' connection limit (--slowloris)")
     args = parser.parse_args()
+    if args.slowloris:
+        rows = slowloris([int(n) for n in args.idle.split(",")], args.limit)
+        print_slowloris(rows, args.limit)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return 0
     try:
         import uvloop
 

@@ -55,7 +55,7 @@ fn main() {
     let mut per_token: Vec<f64> = (0..201)
         .map(|_| {
             let plan = pre.chat(body, "bench").unwrap().plan;
-            let mut state = ResponseState::new(plan, tokenizer.clone()).unwrap();
+            let mut state = ResponseState::new(plan, tokenizer.clone());
             out.clear();
             let start = Instant::now();
             for frame in &frames {

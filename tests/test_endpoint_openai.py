@@ -12,7 +12,8 @@ import openai
 import pytest
 
 from shakedown.cli import TINY_MODEL, make_mocker
-from shakedown.endpoint import EngineRegistry, LocalEndpoint, ModelCard, build_pipeline
+from shakedown.endpoint import EngineRegistry, LocalEndpoint, build_pipeline
+from validation_helpers import tiny_card
 
 REASONING = "The user wants the weather in Paris, so I will call the get_weather tool."
 CONTENT = "Let me check that for you."
@@ -36,12 +37,7 @@ TEXT_TURN = {"nvext": {"annotations": ["output_replay_id:text:0"]}}
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[LocalEndpoint]:
-    card = ModelCard(
-        str(TINY_MODEL),
-        served_name="tiny",
-        reasoning_parser="deepseek_r1",
-        tool_call_parser="hermes",
-    )
+    card = tiny_card("tiny")
     pipeline = build_pipeline(card)
     registry = EngineRegistry()
     registry.register(card.endpoint, make_mocker(pipeline, TINY_MODEL).generate)
@@ -183,7 +179,7 @@ def test_unknown_model_is_404(client: openai.OpenAI) -> None:
 
 
 def test_503_before_an_engine_is_registered() -> None:
-    card = ModelCard(str(TINY_MODEL), served_name="tiny")
+    card = tiny_card("tiny")
     with LocalEndpoint(card, build_pipeline(card), EngineRegistry()) as ep:
         c = openai.OpenAI(base_url=ep.base_url, api_key="unused", max_retries=0)
         with pytest.raises(openai.APIStatusError) as err:

@@ -6,12 +6,13 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 
+from captures import CAPTURES
 from shakedown._core import Pipeline
-from shakedown.endpoint import RequestContext
+from shakedown.endpoint import EngineContext, RequestContext
 from shakedown.engines.mocker import (
     MAX_TOKENS_REQUIRED,
     Mocker,
@@ -25,14 +26,6 @@ from shakedown.engines.mocker import (
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "python" / "shakedown" / "models" / "tiny"
-
-
-CAPTURES = ROOT / "tests" / "fixtures" / "pipeline" / "captures"
-
-
-def reference_file(name: str) -> Path:
-    """A capture from the real Dynamo 1.6.1 stack, copied into the fixtures."""
-    return CAPTURES / name
 
 
 def run(
@@ -55,7 +48,7 @@ def write_trace(path: Path, rows: list[Any]) -> Path:
 
 def test_frames_match_the_reference_mocker() -> None:
     # The 1.6.1 mocker's frames for replay row tool:0, read through Dynamo's own client.
-    lines = reference_file("direct-client-mocker-tool0.txt").read_text().splitlines()
+    lines = (CAPTURES / "direct-client-mocker-tool0.txt").read_text().splitlines()
     request = json.loads(lines[0].removeprefix("REQUEST "))
     reference = [json.loads(line.removeprefix("OUTPUT ")) for line in lines[1:]]
     replay = {"tool": [emitted(reference)]}
@@ -223,3 +216,12 @@ def test_default_script_honours_max_tokens_but_named_rows_do_not() -> None:
     assert emitted(run(mocker, short)) == [9, 10]
     named = {**short, "annotations": ["output_replay_id:row:0"]}
     assert emitted(run(mocker, named)) == [5, 6, 7, 1]
+
+
+def test_engines_take_the_one_engine_context() -> None:
+    from shakedown.integrations.dynamo import DynamoEngine
+
+    assert get_type_hints(Mocker.generate)["context"] is EngineContext
+    assert get_type_hints(DynamoEngine.generate)["context"] == EngineContext | None
+    context: EngineContext = RequestContext("r")  # what the endpoint passes satisfies it
+    assert (context.id, context.is_stopped()) == ("r", False)

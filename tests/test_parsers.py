@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shakedown
-from parser_cases import CASES, Case
+from parser_cases import CASES, Case, policy, policy_table, tools_of
 from shakedown.parsers import (
     ChatParser,
     ReasoningParser,
@@ -24,7 +26,13 @@ from shakedown.parsers import (
 
 
 def assembled(case: Case, pieces: list[str], *, stream_arguments: bool) -> dict[str, Any]:
-    parser = ChatParser(stream_arguments=stream_arguments, **case.options)
+    return streamed(case.options, pieces, stream_arguments=stream_arguments)
+
+
+def streamed(
+    options: dict[str, Any], pieces: list[str], *, stream_arguments: bool
+) -> dict[str, Any]:
+    parser = ChatParser(stream_arguments=stream_arguments, **options)
     content, reasoning = [], []
     calls: dict[int, dict[str, Any]] = {}
     for delta in [*(parser.feed(p) for p in pieces), parser.finish()]:
@@ -61,7 +69,11 @@ def check(got: dict[str, Any], expect: dict[str, Any], label: str) -> None:
 
 
 def message_dict(case: Case) -> dict[str, Any]:
-    message = parse(case.text, **case.options)
+    return parsed(case.text, case.options)
+
+
+def parsed(text: str, options: dict[str, Any]) -> dict[str, Any]:
+    message = parse(text, **options)
     return {
         "content": message.content or "",
         "reasoning_content": message.reasoning_content or "",
@@ -148,6 +160,112 @@ def test_feed_never_raises_on_model_text(reasoning: str, tool_call: str, pieces:
         assert isinstance(error["message"], str)
 
 
+# Malformed output made from the golden cases: markup spliced, cut short, doubled or
+# stray, long bodies past every name and hold bound, broken JSON, unicode.
+MARKUP = [
+    "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_calls>", "</tool_calls>",
+    "<TOOLCALL>", "</TOOLCALL>", "[TOOL_CALLS]", "[ARGS]", "[/TOOL_CALLS]", "[THINK]",
+    "[/THINK]", "◁think▷", "◁/think▷", "<|python_tag|>", "<|python_start|>", "<|python_end|>",
+    "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+    "<｜tool▁calls▁end｜>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>",
+    "<|start|>assistant", "<|channel|>commentary to=functions.f", "<|channel|>analysis",
+    "<|message|>", "<|call|>", "<|end|>", "<function=f>", "<parameter=a>", "</parameter>",
+    "</parameter1>", "</function>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+    "<minimax:tool_call>", '<invoke name="f">', '<parameter name="a">', "</invoke>",
+    "<｜DSML｜function_calls>", '<｜DSML｜invoke name="f">', "</｜DSML｜invoke>", "<|tool_call>",
+    "<tool_call|>", '<|"|>', "<mm:think>", "<|open|>think<|sep|>", "<|channel>thought\n",
+    "<channel|>", '{"name": "f", "arguments": ', "{", "}", "[", "]", '"', "\\", '\\"', "NaN",
+    "f(1, 'x')", "é", "世界", "👋",
+]  # fmt: skip
+LONG_BODIES = [
+    "y" * 1500,
+    "é世" * 900,
+    '{"a": "' + 'x\\"{' * 1200 + '"}',
+    '{["' * 1500,
+]
+PAIRS = [
+    (r, t)
+    for r in [None, *sorted(reasoning_parsers())]
+    for t in [None, *sorted(tool_call_parsers())]
+]
+
+
+def malformed_output(
+    rng: random.Random, reasoning: str | None, tool_call: str | None
+) -> tuple[dict[str, Any], str]:
+    """Golden texts of the pair's families joined, then edited at random."""
+    own = [c for c in CASES if c.reasoning == reasoning or c.tool_call == tool_call] or CASES
+    text = "".join(rng.choice(own).text for _ in range(rng.randint(1, 3)))
+    for _ in range(rng.randint(0, 6)):
+        at = rng.randint(0, len(text))
+        kind = rng.randrange(6)
+        if kind == 0:
+            text = text[:at] + text[at + rng.randint(0, 200) :]
+        elif kind == 1:
+            start = rng.randint(0, len(text))
+            text = text[:at] + text[start : start + rng.randint(0, 200)] + text[at:]
+        elif kind == 2:
+            text = text[:at] + rng.choice(MARKUP) + text[at:]
+        elif kind == 3:
+            marker = rng.choice(MARKUP)
+            text = text[:at] + marker[: rng.randint(0, len(marker))] + text[at:]
+        elif kind == 4:
+            text = text[:at] + rng.choice(LONG_BODIES) + text[at:]
+        else:
+            noise = "".join(
+                chr(rng.choice([rng.randint(32, 126), rng.randint(160, 0x2FFF)]))
+                for _ in range(rng.randint(1, 8))
+            )
+            text = text[:at] + noise + text[at:]
+    declared = next((c.tools for c in own if c.tool_call == tool_call and c.tools), None)
+    options = {
+        "reasoning": reasoning,
+        "tool_call": tool_call,
+        "tools": declared if rng.random() < 0.5 else None,
+        "in_reasoning": rng.choice([None, True, False]),
+    }
+    return options, text
+
+
+def random_cuts(rng: random.Random, text: str) -> list[str]:
+    cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 24))))
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def check_streams_as_parsed(options: dict[str, Any], text: str, pieces: list[str]) -> None:
+    batch = parsed(text, options)
+    label = f"{options} {text!r}"
+    got = streamed(options, pieces, stream_arguments=False)
+    assert {**got, "tool_calls": None} == {**batch, "tool_calls": None}, label
+    named = [(c["name"], c["arguments"]) for c in got["tool_calls"]]
+    assert named == [(c["name"], c["arguments"]) for c in batch["tool_calls"]], label
+    if not batch["errors"]:
+        got = streamed(options, pieces, stream_arguments=True)
+        assert got["content"] == batch["content"], label
+        assert [(c["name"], c["arguments"]) for c in got["tool_calls"]] == named, label
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(PAIRS), st.randoms(use_true_random=False))
+def test_malformed_output_streams_as_it_parses(
+    pair: tuple[str | None, str | None], rng: random.Random
+) -> None:
+    options, text = malformed_output(rng, *pair)
+    check_streams_as_parsed(options, text, random_cuts(rng, text))
+    check_streams_as_parsed(options, text, [text[i : i + 7] for i in range(0, len(text), 7)])
+
+
+@pytest.mark.parametrize("reasoning", [None, *sorted(reasoning_parsers())])
+def test_every_pair_streams_malformed_output_as_it_parses(reasoning: str | None) -> None:
+    rng = random.Random(f"{reasoning}")
+    for tool_call in [None, *sorted(tool_call_parsers())]:
+        for _ in range(3):
+            options, text = malformed_output(rng, reasoning, tool_call)
+            check_streams_as_parsed(options, text, random_cuts(rng, text))
+
+
 def test_issue_example() -> None:
     message = parse(
         '<think>a</think>b<tool_call>{"name": "f", "arguments": {}}</tool_call>',
@@ -215,3 +333,26 @@ def test_malformed_call_is_state_not_exception() -> None:
     assert message.tool_calls == []
     assert len(message.errors) == 1 and message.errors[0]["index"] == 0
     json.dumps(message.errors)
+
+
+MALFORMED = policy()["cases"]
+
+
+@pytest.mark.parametrize(
+    "case", MALFORMED, ids=[f"{c['tool_call']}/{c['kind']}" for c in MALFORMED]
+)
+def test_malformed_output_gives_the_recorded_answer(case: dict[str, Any]) -> None:
+    """Dynamo 1.6.1's answer, or shakedown's recorded deviation from it (docs/parsers.md)."""
+    want = case.get("shakedown") or case["dynamo"]
+    options = {"tool_call": case["tool_call"], "tools": tools_of(case["tool_call"])}
+    for got in (
+        parsed(case["text"], options),
+        streamed(options, list(case["text"]), stream_arguments=False),
+    ):
+        calls = [{"name": c["name"], "arguments": c["arguments"]} for c in got["tool_calls"]]
+        assert {"content": got["content"], "tool_calls": calls} == want
+
+
+def test_malformed_output_table_in_the_docs_is_the_recorded_one() -> None:
+    docs = Path(__file__).parent.parent / "docs" / "parsers.md"
+    assert policy_table() in docs.read_text(encoding="utf-8")

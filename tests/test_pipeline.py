@@ -5,6 +5,7 @@ produced for it are fed back, and the bytes out must equal the captured body
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -15,13 +16,20 @@ import orjson
 import pytest
 
 import shakedown
+from captures import (
+    EOS_ID,
+    REPLAY_SCRIPT,
+    capture_names,
+    read_request,
+    read_response,
+)
 from shakedown._core import Pipeline
+from shakedown.endpoint import RequestContext
+from shakedown.engines.mocker import Mocker, script_table
+from shakedown.parity.normalize import mask_generated
 
 FIXTURES = Path(__file__).parent / "fixtures"
-CAPTURES = FIXTURES / "pipeline" / "captures"
-RESPONSES = sorted((FIXTURES / "pipeline" / "response").glob("*.json"))
 MODEL_DIR = FIXTURES / "model-deepseek"
-EOS = 1
 
 
 @pytest.fixture(scope="module")
@@ -37,102 +45,83 @@ def pipeline() -> Pipeline:
     )
 
 
-def read_request(name: str) -> tuple[str, str, dict[str, str], bytes]:
-    head, _, body = (CAPTURES / f"{name}.request").read_bytes().partition(b"\n\n")
-    lines = head.decode().splitlines()
-    method, path = lines[0].split(" ", 1)
-    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
-    return method, path, headers, body.rstrip(b"\n")
+def reference_mocker_frames(
+    pipeline: Pipeline, engine_request: dict[str, Any], cached_tokens: int
+) -> list[bytes]:
+    """The frames the reference mocker sent for a replayed script: shakedown's mocker plays
+    the same row; only the reference's simulated prefix-cache hits are copied in."""
+    replay = script_table(REPLAY_SCRIPT, pipeline.tokenize, EOS_ID)
+
+    async def play() -> list[dict[str, Any]]:
+        context = RequestContext("r")
+        return [frame async for frame in Mocker(replay=replay).generate(engine_request, context)]
+
+    frames = asyncio.run(play())
+    for frame in frames:
+        if "completion_usage" in frame:
+            frame["completion_usage"]["prompt_tokens_details"]["cached_tokens"] = cached_tokens
+    return [orjson.dumps(frame) for frame in frames]
 
 
-def read_response(name: str) -> tuple[int, bytes]:
-    raw = (CAPTURES / f"{name}.http").read_bytes()
-    head, _, body = raw.partition(b"\r\n\r\n") if b"\r\n\r\n" in raw else raw.partition(b"\n\n")
-    status = int(head.split(b" ", 2)[1])
-    return status, body
+def names_a_replay_row(body: bytes) -> bool:
+    """Whether a request picks a scripted reply (`nvext.annotations: output_replay_id:...`)."""
+    try:
+        request = json.loads(body)
+    except ValueError:  # a request file that carries a note after its body
+        return False
+    annotations = (request.get("nvext") or {}).get("annotations") or []
+    return any(a.startswith("output_replay_id:") for a in annotations)
 
 
-def normalize(text: str) -> str:
-    text = re.sub(r"(cmpl-|call-)[0-9a-f-]{36}", r"\1<uuid>", text)
-    return re.sub(r'"created":\d+', '"created":<created>', text)
-
-
-def mocker_frames(pipeline: Pipeline, fixture: dict[str, Any]) -> list[bytes]:
-    """The frames the reference mocker sends for a replayed script."""
-    engine = fixture["engine"]
-    ids = pipeline.tokenize(engine["text"]) + ([EOS] if engine["eos"] else [])
-    prompt = fixture["plan"]["prompt_tokens"]
-
-    def usage(completion: int) -> dict[str, Any]:
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {
-                "audio_tokens": None,
-                "cached_tokens": engine["cached_tokens"],
-            },
-        }
-
-    frames: list[dict[str, Any]] = []
-    for i, token in enumerate(ids):
-        frame: dict[str, Any] = {"token_ids": [token], "tokens": None, "text": None}
-        frame.update({"finish_reason": None, "index": None})
-        if i == 0:
-            frame["completion_usage"] = usage(1)
-        frames.append(frame)
-    frames.append({"token_ids": [], "finish_reason": "length", "completion_usage": usage(len(ids))})
-    return [orjson.dumps(f) for f in frames]
-
-
+# Replies the mocker replayed (one request named a row but was refused: no max_tokens).
 REPLAYED = [
-    p.stem
-    for p in RESPONSES
-    if json.loads(p.read_text())["engine"]["kind"] == "mocker_replay"
-    and (CAPTURES / f"{p.stem}.request").exists()
+    name
+    for name in capture_names()
+    if names_a_replay_row(read_request(name).body) and read_response(name).status == 200
 ]
 
 
 @pytest.mark.parametrize("name", REPLAYED)
 def test_capture_reproduced_end_to_end(pipeline: Pipeline, name: str) -> None:
-    fixture = json.loads((FIXTURES / "pipeline" / "response" / f"{name}.json").read_text())
-    _, path, _, body = read_request(name)
-    surface = pipeline.chat if path.endswith("/chat/completions") else pipeline.completions
-    exchange = surface(body, str(uuid.uuid4()))
+    request, expected = read_request(name), read_response(name)
+    surface = pipeline.chat if request.path.endswith("/chat/completions") else pipeline.completions
+    exchange = surface(request.body, str(uuid.uuid4()))
     engine_request = orjson.loads(exchange.engine_request)  # the request-plane round trip
     assert engine_request["token_ids"], "the prompt was tokenized"
     out = bytearray()
-    for frame in mocker_frames(pipeline, fixture):
+    # The reference mocker's simulated prefix-cache hits, as its answer reports them.
+    cached = re.findall(rb'"cached_tokens":(\d+)', expected.body)
+    cached_tokens = int(cached[-1]) if cached else 0
+    for frame in reference_mocker_frames(pipeline, engine_request, cached_tokens):
         out += exchange.feed(frame)
         if exchange.finished:
             break
     out += exchange.finish()
-    status, expected = read_response(name)
-    assert exchange.status == status
-    assert normalize(out.decode()) == normalize(expected.decode())
+    assert exchange.status == expected.status
+    assert mask_generated(bytes(out)) == mask_generated(expected.body)
 
 
 BODY_ERRORS = [
-    p.stem
-    for p in sorted(CAPTURES.glob("err-*.request"))
-    if read_request(p.stem)[0] == "POST"
-    and read_request(p.stem)[1] in ("/v1/chat/completions", "/v1/completions")
-    and read_request(p.stem)[2].get("content-type", "").startswith("application/json")
-    and read_response(p.stem)[0] >= 400
+    name
+    for name in capture_names()
+    if name.startswith("err-")
+    and read_request(name).method == "POST"
+    and read_request(name).path in ("/v1/chat/completions", "/v1/completions")
+    and read_request(name).headers.get("content-type", "").startswith("application/json")
+    and read_response(name).status >= 400
 ]
 
 
 @pytest.mark.parametrize("name", BODY_ERRORS)
 def test_error_capture_reproduced(pipeline: Pipeline, name: str) -> None:
-    _, path, _, body = read_request(name)
-    status, expected = read_response(name)
-    surface = pipeline.chat if path.endswith("/chat/completions") else pipeline.completions
+    request, expected = read_request(name), read_response(name)
+    surface = pipeline.chat if request.path.endswith("/chat/completions") else pipeline.completions
     try:
-        surface(body, "r")
+        surface(request.body, "r")
     except shakedown.RequestError as err:
-        assert (err.status, err.body) == (status, expected.rstrip(b"\n"))
+        assert (err.status, err.body) == (expected.status, expected.body.rstrip(b"\n"))
     else:
-        pytest.fail(f"{name}: accepted, but the reference answered {status}")
+        pytest.fail(f"{name}: accepted, but the reference answered {expected.status}")
 
 
 def test_unknown_parser_is_refused_at_load() -> None:

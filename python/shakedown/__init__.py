@@ -5,6 +5,7 @@ gates that run against it, and fast streaming reasoning and tool-call parsers.
 """
 
 from shakedown._core import (
+    InvalidToolsError,
     ModelError,
     Pipeline,
     RequestError,
@@ -29,6 +30,7 @@ __all__ = [
     "HealthApp",
     "HealthServer",
     "Hold",
+    "InvalidToolsError",
     "LocalEndpoint",
     "ModelCard",
     "ModelError",

@@ -1,6 +1,8 @@
-//! The package's exception hierarchy. Classes that are also `ValueError`s need two
-//! bases, which `create_exception!` can't express, so they are made with `type()`
-//! once at import and kept here.
+//! Every error the core raises, mapped to its Python class here and nowhere else.
+//! Each public class is a `ShakedownError` and the builtin that fits (`ValueError`
+//! for all of these: they are about values the caller passed). Classes with two
+//! bases can't come from `create_exception!`, so they are made with `type()` the
+//! first time they are needed, and the module exports those same objects.
 
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -8,99 +10,143 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyTuple, PyType};
 
 use crate::parsers::UnknownParser;
+use crate::pipeline::error::HttpError;
+use crate::pipeline::model::ModelError;
 
-static SHAKEDOWN_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-static UNKNOWN_PARSER_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-static REQUEST_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-static MODEL_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+/// The package's exception classes.
+#[derive(Clone, Copy)]
+enum Class {
+    Shakedown,
+    UnknownParser,
+    InvalidTools,
+    Request,
+    Model,
+}
 
-fn make_class<'py>(
-    py: Python<'py>,
-    name: &str,
-    bases: Bound<'py, PyTuple>,
-    doc: &str,
-) -> PyResult<Bound<'py, PyType>> {
-    let namespace = PyDict::new(py);
-    namespace.set_item("__doc__", doc)?;
-    namespace.set_item("__module__", "shakedown")?;
-    let class = py
-        .get_type::<PyType>()
-        .call1((name, bases, namespace))?
-        .cast_into::<PyType>()?;
-    Ok(class)
+impl Class {
+    const ALL: [Class; 5] = [
+        Class::Shakedown,
+        Class::UnknownParser,
+        Class::InvalidTools,
+        Class::Request,
+        Class::Model,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Class::Shakedown => "ShakedownError",
+            Class::UnknownParser => "UnknownParserError",
+            Class::InvalidTools => "InvalidToolsError",
+            Class::Request => "RequestError",
+            Class::Model => "ModelError",
+        }
+    }
+
+    fn doc(self) -> &'static str {
+        match self {
+            Class::Shakedown => "Base class of every error shakedown raises.",
+            Class::UnknownParser => {
+                "A parser name that no family answers to; the message lists the valid names."
+            }
+            Class::InvalidTools => "A `tools` list a parser can't use (not tool definitions).",
+            Class::Request => {
+                "A request the reference frontend would reject. `status` is the HTTP status and \
+                 `body` the exact error body it would send."
+            }
+            Class::Model => "A model directory that can't be served (missing or invalid files).",
+        }
+    }
+
+    fn cell(self) -> &'static PyOnceLock<Py<PyType>> {
+        static CLASSES: [PyOnceLock<Py<PyType>>; 5] = [
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+        ];
+        &CLASSES[self as usize]
+    }
+
+    fn get(self, py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+        let class = self.cell().get_or_try_init(py, || {
+            let bases = match self {
+                Class::Shakedown => PyTuple::new(py, [py.get_type::<PyException>()])?,
+                _ => PyTuple::new(
+                    py,
+                    [Class::Shakedown.get(py)?, py.get_type::<PyValueError>()],
+                )?,
+            };
+            let namespace = PyDict::new(py);
+            namespace.set_item("__doc__", self.doc())?;
+            namespace.set_item("__module__", "shakedown")?;
+            py.get_type::<PyType>()
+                .call1((self.name(), bases, namespace))?
+                .cast_into::<PyType>()
+                .map(Bound::unbind)
+                .map_err(PyErr::from)
+        })?;
+        Ok(class.bind(py).clone())
+    }
+
+    fn raise(self, message: String) -> PyErr {
+        Python::attach(|py| match self.get(py) {
+            Ok(class) => PyErr::from_type(class, message),
+            Err(err) => err,
+        })
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    let base = make_class(
-        py,
-        "ShakedownError",
-        PyTuple::new(py, [py.get_type::<PyException>()])?,
-        "Base class of every error shakedown raises.",
-    )?;
-    let value_error = py.get_type::<PyValueError>();
-    let unknown = make_class(
-        py,
-        "UnknownParserError",
-        PyTuple::new(py, [base.clone(), value_error.clone()])?,
-        "A parser name that no family answers to; the message lists the valid names.",
-    )?;
-    let request = make_class(
-        py,
-        "RequestError",
-        PyTuple::new(py, [base.clone(), value_error.clone()])?,
-        "A request the reference frontend would reject. `status` is the HTTP status and \
-         `body` the exact error body it would send.",
-    )?;
-    let model = make_class(
-        py,
-        "ModelError",
-        PyTuple::new(py, [base.clone(), value_error])?,
-        "A model directory that can't be served (missing or invalid files).",
-    )?;
-    for (name, class, cell) in [
-        ("ShakedownError", &base, &SHAKEDOWN_ERROR),
-        ("UnknownParserError", &unknown, &UNKNOWN_PARSER_ERROR),
-        ("RequestError", &request, &REQUEST_ERROR),
-        ("ModelError", &model, &MODEL_ERROR),
-    ] {
-        m.add(name, class)?;
-        let _ = cell.set(py, class.clone().unbind());
+    for class in Class::ALL {
+        m.add(class.name(), class.get(m.py())?)?;
     }
     Ok(())
 }
 
-fn raise(py: Python<'_>, cell: &PyOnceLock<Py<PyType>>, message: String) -> PyErr {
-    match cell.get(py) {
-        Some(class) => PyErr::from_type(class.bind(py).clone(), message),
-        None => PyValueError::new_err(message),
+/// A `tools` value the parsers can't read.
+pub struct InvalidTools(pub String);
+
+impl From<InvalidTools> for PyErr {
+    fn from(err: InvalidTools) -> Self {
+        Class::InvalidTools.raise(format!("invalid tools: {}", err.0))
     }
 }
 
-pub fn unknown_parser(py: Python<'_>, err: UnknownParser) -> PyErr {
-    raise(py, &UNKNOWN_PARSER_ERROR, err.to_string())
-}
-
-pub fn model_error(py: Python<'_>, message: String) -> PyErr {
-    raise(py, &MODEL_ERROR, message)
-}
-
-pub fn shakedown_error(py: Python<'_>, message: String) -> PyErr {
-    raise(py, &SHAKEDOWN_ERROR, message)
-}
-
-/// A rejected request, carrying the status and body the reference would send.
-pub fn request_error(py: Python<'_>, message: &str, status: u16, body: &[u8]) -> PyErr {
-    let Some(class) = REQUEST_ERROR.get(py) else {
-        return PyValueError::new_err(message.to_owned());
-    };
-    let made = class.bind(py).call1((message,)).and_then(|err| {
-        err.setattr("status", status)?;
-        err.setattr("body", PyBytes::new(py, body))?;
-        Ok(err)
-    });
-    match made {
-        Ok(err) => PyErr::from_value(err),
-        Err(err) => err,
+impl From<UnknownParser> for PyErr {
+    fn from(err: UnknownParser) -> Self {
+        Class::UnknownParser.raise(err.to_string())
     }
+}
+
+impl From<ModelError> for PyErr {
+    fn from(err: ModelError) -> Self {
+        match err {
+            ModelError::UnknownParser(err) => err.into(),
+            other => Class::Model.raise(other.to_string()),
+        }
+    }
+}
+
+/// A rejected request as a `RequestError` instance: the message is the body, and it
+/// carries the status and body the reference would send.
+pub fn request_error(py: Python<'_>, err: HttpError) -> PyResult<Bound<'_, PyAny>> {
+    let instance = Class::Request.get(py)?.call1((err.body_str(),))?;
+    instance.setattr("status", err.status)?;
+    instance.setattr("body", PyBytes::new(py, &err.body))?;
+    Ok(instance)
+}
+
+impl From<HttpError> for PyErr {
+    fn from(err: HttpError) -> Self {
+        Python::attach(|py| match request_error(py, err) {
+            Ok(instance) => PyErr::from_value(instance),
+            Err(failed) => failed,
+        })
+    }
+}
+
+/// A failure of the model's tokenizer on a caller's input.
+pub fn tokenizer_error(what: &str, err: impl std::fmt::Display) -> PyErr {
+    Class::Model.raise(format!("{what}: {err}"))
 }

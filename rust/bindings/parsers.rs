@@ -7,7 +7,8 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use super::errors::{shakedown_error, unknown_parser};
+use super::detach_if_large;
+use super::errors::InvalidTools;
 use crate::parsers::{self, chat::ChatOptions, Tools};
 
 fn none_if_empty(s: &str) -> Option<&str> {
@@ -95,9 +96,9 @@ fn tools_from_py(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<A
         .import("json")?
         .call_method1("dumps", (tools,))?
         .extract()?;
-    Tools::from_json(text.as_bytes())
-        .map(Arc::new)
-        .map_err(|e| shakedown_error(py, format!("invalid tools: {e}")))
+    Ok(Arc::new(
+        Tools::from_json(text.as_bytes()).map_err(InvalidTools)?,
+    ))
 }
 
 fn parse_errors<'py>(
@@ -120,15 +121,15 @@ struct Engine {
 }
 
 impl Engine {
-    fn new(py: Python<'_>, options: &ChatOptions) -> PyResult<Self> {
-        parsers::ChatParser::new(options)
-            .map(|parser| Self { parser })
-            .map_err(|e| unknown_parser(py, e))
+    fn new(options: &ChatOptions) -> PyResult<Self> {
+        Ok(Self {
+            parser: parsers::ChatParser::new(options)?,
+        })
     }
 
-    fn feed(&mut self, text: &str) -> Delta {
+    fn feed(&mut self, py: Python<'_>, text: &str) -> Delta {
         let mut inner = parsers::Delta::default();
-        self.parser.feed(text, &mut inner);
+        detach_if_large(py, text.len(), || self.parser.feed(text, &mut inner));
         Delta { inner }
     }
 
@@ -149,19 +150,19 @@ pub struct ReasoningParser {
 impl ReasoningParser {
     #[new]
     #[pyo3(signature = (name, *, in_reasoning=None))]
-    fn new(py: Python<'_>, name: &str, in_reasoning: Option<bool>) -> PyResult<Self> {
+    fn new(name: &str, in_reasoning: Option<bool>) -> PyResult<Self> {
         let options = ChatOptions {
             reasoning: Some(name.to_owned()),
             in_reasoning,
             ..ChatOptions::default()
         };
         Ok(Self {
-            engine: Engine::new(py, &options)?,
+            engine: Engine::new(&options)?,
         })
     }
 
-    fn feed(&mut self, text: &str) -> Delta {
-        self.engine.feed(text)
+    fn feed(&mut self, py: Python<'_>, text: &str) -> Delta {
+        self.engine.feed(py, text)
     }
 
     fn finish(&mut self) -> Delta {
@@ -192,12 +193,12 @@ impl ToolCallParser {
             ..ChatOptions::default()
         };
         Ok(Self {
-            engine: Engine::new(py, &options)?,
+            engine: Engine::new(&options)?,
         })
     }
 
-    fn feed(&mut self, text: &str) -> Delta {
-        self.engine.feed(text)
+    fn feed(&mut self, py: Python<'_>, text: &str) -> Delta {
+        self.engine.feed(py, text)
     }
 
     fn finish(&mut self) -> Delta {
@@ -237,12 +238,12 @@ impl ChatParser {
             reference_streaming: false,
         };
         Ok(Self {
-            engine: Engine::new(py, &options)?,
+            engine: Engine::new(&options)?,
         })
     }
 
-    fn feed(&mut self, text: &str) -> Delta {
-        self.engine.feed(text)
+    fn feed(&mut self, py: Python<'_>, text: &str) -> Delta {
+        self.engine.feed(py, text)
     }
 
     fn finish(&mut self) -> Delta {
@@ -342,8 +343,9 @@ fn parse(
         in_reasoning,
         reference_streaming: false,
     };
+    let spec = options.resolve()?;
     let (inner, errors) =
-        parsers::chat::parse(text, &options).map_err(|e| unknown_parser(py, e))?;
+        detach_if_large(py, text.len(), || parsers::chat::parse_with(text, &spec));
     Ok(Message { inner, errors })
 }
 

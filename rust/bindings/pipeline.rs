@@ -9,21 +9,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::errors::{model_error, request_error, unknown_parser};
-use crate::pipeline::error::HttpError;
+use super::detach_if_large;
+use super::errors::{request_error, tokenizer_error};
+use crate::pipeline::error::{is_json_content_type, HttpError};
 use crate::pipeline::model::ModelCard;
-use crate::pipeline::preprocess::{models_body, Preprocessor};
+use crate::pipeline::preprocess::{Prepared, Preprocessor};
 use crate::pipeline::response::ResponseState;
 
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-fn rejected(py: Python<'_>, err: HttpError) -> PyErr {
-    let message = err.body_str().to_owned();
-    request_error(py, &message, err.status, &err.body)
 }
 
 /// One served model: tokenizer loaded and chat template compiled once.
@@ -46,28 +42,16 @@ impl Pipeline {
         tool_call_parser: Option<&str>,
         context_length: Option<u32>,
     ) -> PyResult<Self> {
-        for (name, canonical) in [
-            (
-                reasoning_parser,
-                crate::parsers::registry::canonical_reasoning as fn(&str) -> _,
-            ),
-            (
-                tool_call_parser,
-                crate::parsers::registry::canonical_tool_call,
-            ),
-        ] {
-            if let Some(name) = name {
-                canonical(name).map_err(|e| unknown_parser(py, e))?;
+        // Reading the tokenizer and compiling the template take a while: let other
+        // threads run meanwhile.
+        let preprocessor = py.detach(|| {
+            let mut card =
+                ModelCard::from_dir(&model_dir, served_name, reasoning_parser, tool_call_parser)?;
+            if let Some(n) = context_length {
+                card = card.with_context_length(n);
             }
-        }
-        let mut card =
-            ModelCard::from_dir(&model_dir, served_name, reasoning_parser, tool_call_parser)
-                .map_err(|e| model_error(py, e.to_string()))?;
-        if let Some(n) = context_length {
-            card = card.with_context_length(n);
-        }
-        let preprocessor =
-            Preprocessor::new(card).map_err(|e| model_error(py, format!("chat template: {e}")))?;
+            Preprocessor::new(card)
+        })?;
         Ok(Self {
             preprocessor: Arc::new(preprocessor),
             created: now_secs(),
@@ -86,12 +70,12 @@ impl Pipeline {
 
     #[getter]
     fn reasoning_parser(&self) -> Option<&str> {
-        self.preprocessor.card().reasoning_parser.as_deref()
+        self.preprocessor.card().reasoning_parser.map(|f| f.name())
     }
 
     #[getter]
     fn tool_call_parser(&self) -> Option<&str> {
-        self.preprocessor.card().tool_call_parser.as_deref()
+        self.preprocessor.card().tool_call_parser.map(|f| f.name())
     }
 
     /// True when the chat template does not read `reasoning_content`, so an assistant's
@@ -108,42 +92,39 @@ impl Pipeline {
 
     /// The `GET /v1/models` body.
     fn models_body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &models_body(self.preprocessor.card(), self.created))
+        PyBytes::new(py, &self.preprocessor.card().models_body(self.created))
     }
 
     /// Validate and preprocess a `/v1/chat/completions` body.
     fn chat(&self, py: Python<'_>, body: &[u8], request_id: &str) -> PyResult<Exchange> {
-        let prepared = self
-            .preprocessor
-            .chat(body, request_id)
-            .map_err(|e| rejected(py, e))?;
-        Exchange::new(py, self, prepared)
+        let prepared =
+            detach_if_large(py, body.len(), || self.preprocessor.chat(body, request_id))?;
+        Ok(Exchange::new(py, self, prepared))
     }
 
     /// Validate and preprocess a `/v1/completions` body.
     fn completions(&self, py: Python<'_>, body: &[u8], request_id: &str) -> PyResult<Exchange> {
-        let prepared = self
-            .preprocessor
-            .completions(body, request_id)
-            .map_err(|e| rejected(py, e))?;
-        Exchange::new(py, self, prepared)
+        let prepared = detach_if_large(py, body.len(), || {
+            self.preprocessor.completions(body, request_id)
+        })?;
+        Ok(Exchange::new(py, self, prepared))
     }
 
     /// Token ids for `text`, without special tokens added (for scripted engines).
     fn tokenize(&self, py: Python<'_>, text: &str) -> PyResult<Vec<u32>> {
-        self.preprocessor
-            .tokenizer()
-            .encode(text, false)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| model_error(py, format!("tokenize: {e}")))
+        detach_if_large(py, text.len(), || {
+            self.preprocessor.tokenizer().encode(text, false)
+        })
+        .map(|e| e.get_ids().to_vec())
+        .map_err(|e| tokenizer_error("tokenize", e))
     }
 
     /// Text for token ids, special tokens kept (as the reference decoder does).
     fn decode(&self, py: Python<'_>, ids: Vec<u32>) -> PyResult<String> {
-        self.preprocessor
-            .tokenizer()
-            .decode(&ids, false)
-            .map_err(|e| model_error(py, format!("decode: {e}")))
+        detach_if_large(py, ids.len() * 4, || {
+            self.preprocessor.tokenizer().decode(&ids, false)
+        })
+        .map_err(|e| tokenizer_error("decode", e))
     }
 }
 
@@ -157,20 +138,14 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    fn new(
-        py: Python<'_>,
-        pipeline: &Pipeline,
-        prepared: crate::pipeline::preprocess::Prepared,
-    ) -> PyResult<Self> {
+    fn new(py: Python<'_>, pipeline: &Pipeline, prepared: Prepared) -> Self {
         let stream = prepared.plan.stream;
-        let state = ResponseState::new(prepared.plan, pipeline.preprocessor.tokenizer())
-            .map_err(|e| unknown_parser(py, e))?;
-        Ok(Self {
-            state,
+        Self {
+            state: ResponseState::new(prepared.plan, pipeline.preprocessor.tokenizer()),
             engine_request: PyBytes::new(py, &prepared.engine_request).unbind(),
             stream,
             out: Vec::with_capacity(512),
-        })
+        }
     }
 
     fn take<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
@@ -208,7 +183,8 @@ impl Exchange {
 
     /// One engine output frame (JSON bytes) in; the bytes to send now out (may be empty).
     fn feed<'py>(&mut self, py: Python<'py>, frame: &[u8]) -> Bound<'py, PyBytes> {
-        self.state.feed(frame, &mut self.out);
+        let (state, out) = (&mut self.state, &mut self.out);
+        detach_if_large(py, frame.len(), || state.feed(frame, out));
         self.take(py)
     }
 
@@ -234,9 +210,45 @@ fn error_body<'py>(py: Python<'py>, status: u16, message: &str) -> Bound<'py, Py
     PyBytes::new(py, &HttpError::new(status, message).body)
 }
 
+/// The reference's 404 for a path it does not route, as a `RequestError`.
+#[pyfunction]
+fn route_not_found<'py>(py: Python<'py>, method: &str, path: &str) -> PyResult<Bound<'py, PyAny>> {
+    request_error(py, HttpError::route_not_found(method, path))
+}
+
+/// The reference's 413 for a body over `DYN_HTTP_BODY_LIMIT_MB`, as a `RequestError`.
+#[pyfunction]
+fn payload_too_large(py: Python<'_>, limit_mb: usize) -> PyResult<Bound<'_, PyAny>> {
+    request_error(py, HttpError::payload_too_large(limit_mb))
+}
+
+/// The reference's 415 for a body that is not JSON, as a `RequestError`.
+#[pyfunction]
+fn unsupported_media_type(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    request_error(py, HttpError::unsupported_media_type())
+}
+
+/// The reference's 503 for a known model whose engine is not serving yet.
+#[pyfunction]
+fn model_not_ready<'py>(py: Python<'py>, model: &str) -> PyResult<Bound<'py, PyAny>> {
+    request_error(py, HttpError::model_not_ready(model))
+}
+
+/// Whether a `content-type` value is JSON as the reference's extractor decides it.
+#[pyfunction]
+#[pyo3(name = "is_json_content_type")]
+fn json_content_type(value: Option<&str>) -> bool {
+    is_json_content_type(value)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Pipeline>()?;
     m.add_class::<Exchange>()?;
     m.add_function(wrap_pyfunction!(error_body, m)?)?;
+    m.add_function(wrap_pyfunction!(route_not_found, m)?)?;
+    m.add_function(wrap_pyfunction!(payload_too_large, m)?)?;
+    m.add_function(wrap_pyfunction!(unsupported_media_type, m)?)?;
+    m.add_function(wrap_pyfunction!(model_not_ready, m)?)?;
+    m.add_function(wrap_pyfunction!(json_content_type, m)?)?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::registry::{new_reasoning_parser, new_tool_parser, UnknownParser};
+use super::registry::{ReasoningFamily, ToolCallFamily, UnknownParser};
 use super::{CallSink, Delta, Message, ParseError, ReasoningParse, ToolParse, Tools};
 
 pub struct ChatParser {
@@ -16,7 +16,7 @@ pub struct ChatParser {
     answered: bool,
 }
 
-/// Options shared by every way of building a [`ChatParser`].
+/// Options shared by every way of building a [`ChatParser`] by parser names.
 #[derive(Debug, Clone, Default)]
 pub struct ChatOptions {
     pub reasoning: Option<String>,
@@ -31,29 +31,61 @@ pub struct ChatOptions {
     pub reference_streaming: bool,
 }
 
+impl ChatOptions {
+    /// The names resolved to their families; the one step that can fail.
+    pub fn resolve(&self) -> Result<ChatParserSpec, UnknownParser> {
+        Ok(ChatParserSpec {
+            reasoning: self
+                .reasoning
+                .as_deref()
+                .map(ReasoningFamily::resolve)
+                .transpose()?,
+            tool_call: self
+                .tool_call
+                .as_deref()
+                .map(ToolCallFamily::resolve)
+                .transpose()?,
+            tools: self.tools.clone(),
+            stream_arguments: self.stream_arguments,
+            in_reasoning: self.in_reasoning,
+            reference_streaming: self.reference_streaming,
+        })
+    }
+}
+
+/// [`ChatOptions`] with the parser names resolved: what a server keeps, and builds a
+/// parser from per response without a way to fail.
+#[derive(Debug, Clone, Default)]
+pub struct ChatParserSpec {
+    pub reasoning: Option<ReasoningFamily>,
+    pub tool_call: Option<ToolCallFamily>,
+    pub tools: Arc<Tools>,
+    pub stream_arguments: bool,
+    pub in_reasoning: Option<bool>,
+    pub reference_streaming: bool,
+}
+
 impl ChatParser {
+    /// Fails only for a parser name no family answers to.
     pub fn new(options: &ChatOptions) -> Result<Self, UnknownParser> {
-        let tools = match &options.tool_call {
-            Some(name) => Some(new_tool_parser(name, options.tools.clone())?),
-            None => None,
-        };
+        Ok(Self::from_spec(&options.resolve()?))
+    }
+
+    pub fn from_spec(spec: &ChatParserSpec) -> Self {
+        let tools = spec
+            .tool_call
+            .map(|family| family.build(spec.tools.clone()));
         let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
-        let reasoning = match &options.reasoning {
-            Some(name) => Some(new_reasoning_parser(
-                name,
-                options.in_reasoning,
-                exit_markers,
-                options.reference_streaming,
-            )?),
-            None => None,
-        };
-        Ok(Self {
+        let reasoning = spec
+            .reasoning
+            .map(|family| family.build(spec.in_reasoning, exit_markers, spec.reference_streaming));
+        Self {
             reasoning,
             tools,
-            sink: CallSink::new(options.stream_arguments),
+            sink: CallSink::new(spec.stream_arguments),
             staged: Delta::default(),
             answered: false,
-        })
+        }
     }
 
     /// Feed the next piece of model text; what can be released is appended to `out`.
@@ -122,13 +154,19 @@ pub fn parse(
     text: &str,
     options: &ChatOptions,
 ) -> Result<(Message, Vec<ParseError>), UnknownParser> {
-    let mut options = options.clone();
-    options.stream_arguments = false;
-    let mut parser = ChatParser::new(&options)?;
+    Ok(parse_with(text, &options.resolve()?))
+}
+
+/// [`parse`] with the parser names resolved already.
+pub fn parse_with(text: &str, spec: &ChatParserSpec) -> (Message, Vec<ParseError>) {
+    let mut parser = ChatParser::from_spec(&ChatParserSpec {
+        stream_arguments: false,
+        ..spec.clone()
+    });
     let mut delta = Delta::default();
     parser.feed(text, &mut delta);
     parser.finish(&mut delta);
     let mut message = Message::default();
     message.push(&delta);
-    Ok((message, parser.errors().to_vec()))
+    (message, parser.errors().to_vec())
 }

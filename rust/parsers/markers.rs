@@ -24,6 +24,18 @@ pub enum Scan {
     Partial { hold_from: usize },
 }
 
+/// Result of scanning text that fills a field of bounded length (a call's name or
+/// header), which ends at a marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bounded {
+    /// The field may still end at a marker within its bound.
+    Within(Scan),
+    /// No marker starts within the bound: the field is broken. `text[..at]` belongs
+    /// to it and scanning resumes at `at`, which depends only on the text, never on
+    /// how it was cut, so streamed and whole input give up at the same byte.
+    Overflow { at: usize },
+}
+
 /// Text held back at the end of a feed because it may be the start of a marker, and a
 /// buffer, reused across feeds, that rejoins it with the next feed.
 #[derive(Debug, Default)]
@@ -97,6 +109,24 @@ impl MarkerSet {
         }
     }
 
+    /// [`MarkerSet::scan`] for a field with `room` bytes left before its bound. A
+    /// marker starting after the bound (or text past it that can't start one) makes
+    /// the field overflow one character past its bound. Markers that must stay
+    /// visible after an overflow belong in this set: one that starts past the bound
+    /// starts at or after the overflow point.
+    pub fn scan_bounded(&self, text: &str, room: usize) -> Bounded {
+        let scan = self.scan(text);
+        let (Scan::Found { start: end, .. } | Scan::Partial { hold_from: end }) = scan;
+        if end <= room {
+            return Bounded::Within(scan);
+        }
+        let mut at = room + 1;
+        while !text.is_char_boundary(at) {
+            at += 1;
+        }
+        Bounded::Overflow { at }
+    }
+
     /// Start of the longest suffix of `text` that is a proper prefix of some marker,
     /// on a character boundary; `text.len()` when nothing needs holding.
     pub fn hold_from(&self, text: &str) -> usize {
@@ -150,6 +180,32 @@ mod tests {
         assert_eq!(set.scan("x<|channel>"), Scan::Partial { hold_from: 1 });
         assert_eq!(set.scan("x<|channel>tho"), Scan::Partial { hold_from: 1 });
         assert!(matches!(set.scan("x<|channel>t y"), Scan::Found { .. }));
+    }
+
+    #[test]
+    fn bounded_field_overflows_at_the_same_byte_however_cut() {
+        let set = MarkerSet::new(&["<|message|>", "<|call|>"]);
+        let text = format!("{}<|call|>Z", "é".repeat(10));
+        assert_eq!(
+            set.scan_bounded(&text, 30),
+            Bounded::Within(Scan::Found {
+                start: 20,
+                end: 28,
+                marker: 1
+            })
+        );
+        // Whole: the marker starts past the bound.
+        assert_eq!(set.scan_bounded(&text, 6), Bounded::Overflow { at: 8 });
+        // Cut before the marker: the released text already passes the bound.
+        assert_eq!(
+            set.scan_bounded(&text[..12], 6),
+            Bounded::Overflow { at: 8 }
+        );
+        // A possible marker start within the bound is held, not an overflow.
+        assert_eq!(
+            set.scan_bounded("ab<|me", 2),
+            Bounded::Within(Scan::Partial { hold_from: 2 })
+        );
     }
 
     #[test]

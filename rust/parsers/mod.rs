@@ -18,7 +18,7 @@ pub use calls::{CallSink, ParseError};
 pub use chat::ChatParser;
 pub use registry::{
     new_reasoning_parser, new_tool_parser, reasoning_parsers, tool_call_parsers, ParserInfo,
-    UnknownParser,
+    ReasoningFamily, ToolCallFamily, UnknownParser,
 };
 pub use schema::Tools;
 

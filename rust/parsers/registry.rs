@@ -4,15 +4,31 @@ use std::sync::Arc;
 
 use super::{reasoning, tools, ReasoningParse, ToolParse, Tools};
 
-/// A canonical parser name and the other names it answers to.
+/// A parser family: its canonical name, the other names it answers to, and what a
+/// server must know about its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParserInfo {
     pub name: &'static str,
     pub aliases: &'static [&'static str],
+    /// Its markers are special tokens, so the detokenizer must keep special tokens
+    /// for the parser to see them.
+    pub keeps_special_tokens: bool,
 }
 
 const fn info(name: &'static str, aliases: &'static [&'static str]) -> ParserInfo {
-    ParserInfo { name, aliases }
+    ParserInfo {
+        name,
+        aliases,
+        keeps_special_tokens: false,
+    }
+}
+
+/// A family whose markers are special tokens.
+const fn special(name: &'static str, aliases: &'static [&'static str]) -> ParserInfo {
+    ParserInfo {
+        keeps_special_tokens: true,
+        ..info(name, aliases)
+    }
 }
 
 const REASONING: &[ParserInfo] = &[
@@ -42,7 +58,7 @@ const REASONING: &[ParserInfo] = &[
     ),
     info("kimi_k3", &["kimi-k3"]),
     info("mistral", &[]),
-    info(
+    special(
         "gpt_oss",
         &["gpt-oss", "openai_gptoss", "openai", "harmony"],
     ),
@@ -94,10 +110,10 @@ const TOOL_CALL: &[ParserInfo] = &[
     ),
     info("glm45", &["glm", "glm4"]),
     info("glm47", &["glm-4.7"]),
-    info("kimi_k2", &["kimi-k2", "kimi_k25"]),
-    info("harmony", &["openai", "gpt-oss", "gpt_oss"]),
+    special("kimi_k2", &["kimi-k2", "kimi_k25"]),
+    special("harmony", &["openai", "gpt-oss", "gpt_oss"]),
     info("minimax_m2", &["minimax-m2"]),
-    info("gemma4", &["gemma-4"]),
+    special("gemma4", &["gemma-4"]),
     info("jamba", &[]),
     info("phi4", &["phi4_mini_json", "phi-4"]),
     info("nemotron_deci", &[]),
@@ -127,13 +143,13 @@ fn resolve(
     table: &'static [ParserInfo],
     kind: &'static str,
     name: &str,
-) -> Result<&'static str, UnknownParser> {
+) -> Result<&'static ParserInfo, UnknownParser> {
     let wanted = name.trim();
     for entry in table {
         if entry.name.eq_ignore_ascii_case(wanted)
             || entry.aliases.iter().any(|a| a.eq_ignore_ascii_case(wanted))
         {
-            return Ok(entry.name);
+            return Ok(entry);
         }
     }
     let mut valid: Vec<&str> = table
@@ -148,45 +164,92 @@ fn resolve(
     })
 }
 
-/// Canonical reasoning parser name for any accepted spelling.
-pub fn canonical_reasoning(name: &str) -> Result<&'static str, UnknownParser> {
-    resolve(REASONING, "reasoning", name)
+/// A reasoning parser name, resolved once: building the parser cannot fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReasoningFamily {
+    info: &'static ParserInfo,
+    /// The spelling itself says output starts inside reasoning (`qwen3-thinking`).
+    starts_in_reasoning: bool,
 }
 
-/// Canonical tool-call parser name for any accepted spelling.
-pub fn canonical_tool_call(name: &str) -> Result<&'static str, UnknownParser> {
-    resolve(TOOL_CALL, "tool-call", name)
+impl ReasoningFamily {
+    /// The family for any accepted spelling.
+    pub fn resolve(name: &str) -> Result<Self, UnknownParser> {
+        Ok(Self {
+            info: resolve(REASONING, "reasoning", name)?,
+            starts_in_reasoning: matches!(name.trim(), "qwen3-thinking" | "qwen3_thinking"),
+        })
+    }
+
+    pub fn info(self) -> &'static ParserInfo {
+        self.info
+    }
+
+    pub fn name(self) -> &'static str {
+        self.info.name
+    }
+
+    /// A parser. `in_reasoning` overrides the family's own default for whether output
+    /// starts inside reasoning (the chat template opened it). `exit_markers` end
+    /// reasoning implicitly and are passed on as content intact. `reference_streaming`:
+    /// see [`super::chat::ChatOptions::reference_streaming`].
+    pub fn build(
+        self,
+        in_reasoning: Option<bool>,
+        exit_markers: &'static [&'static str],
+        reference_streaming: bool,
+    ) -> Box<dyn ReasoningParse> {
+        let in_reasoning = in_reasoning.or(self.starts_in_reasoning.then_some(true));
+        reasoning::build(
+            self.info.name,
+            in_reasoning,
+            exit_markers,
+            reference_streaming,
+        )
+    }
 }
 
-/// Spellings that also say the output starts inside reasoning.
-fn forced_by_name(name: &str) -> bool {
-    matches!(name.trim(), "qwen3-thinking" | "qwen3_thinking")
+/// A tool-call parser name, resolved once: building the parser cannot fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolCallFamily {
+    info: &'static ParserInfo,
 }
 
-/// A reasoning parser. `in_reasoning` overrides the family's own default for
-/// whether output starts inside reasoning (the chat template opened it).
-/// `exit_markers` end reasoning implicitly and are passed on as content intact.
-/// `reference_streaming`: see [`super::chat::ChatOptions::reference_streaming`].
+impl ToolCallFamily {
+    /// The family for any accepted spelling.
+    pub fn resolve(name: &str) -> Result<Self, UnknownParser> {
+        Ok(Self {
+            info: resolve(TOOL_CALL, "tool-call", name)?,
+        })
+    }
+
+    pub fn info(self) -> &'static ParserInfo {
+        self.info
+    }
+
+    pub fn name(self) -> &'static str {
+        self.info.name
+    }
+
+    /// A parser for the request's `tools` (used by schema-typed formats).
+    pub fn build(self, tools: Arc<Tools>) -> Box<dyn ToolParse> {
+        tools::build(self.info.name, tools)
+    }
+}
+
+/// A reasoning parser by name (see [`ReasoningFamily::build`]).
 pub fn new_reasoning_parser(
     name: &str,
     in_reasoning: Option<bool>,
     exit_markers: &'static [&'static str],
     reference_streaming: bool,
 ) -> Result<Box<dyn ReasoningParse>, UnknownParser> {
-    let canonical = canonical_reasoning(name)?;
-    let in_reasoning = in_reasoning.or(forced_by_name(name).then_some(true));
-    Ok(reasoning::build(
-        canonical,
-        in_reasoning,
-        exit_markers,
-        reference_streaming,
-    ))
+    Ok(ReasoningFamily::resolve(name)?.build(in_reasoning, exit_markers, reference_streaming))
 }
 
-/// A tool-call parser for the request's `tools` (used by schema-typed formats).
+/// A tool-call parser by name (see [`ToolCallFamily::build`]).
 pub fn new_tool_parser(name: &str, tools: Arc<Tools>) -> Result<Box<dyn ToolParse>, UnknownParser> {
-    let canonical = canonical_tool_call(name)?;
-    Ok(tools::build(canonical, tools))
+    Ok(ToolCallFamily::resolve(name)?.build(tools))
 }
 
 #[cfg(test)]
@@ -195,15 +258,44 @@ mod tests {
 
     #[test]
     fn aliases_resolve() {
-        assert_eq!(canonical_tool_call("qwen25").unwrap(), "hermes");
-        assert_eq!(canonical_tool_call("gpt-oss").unwrap(), "harmony");
-        assert_eq!(canonical_tool_call("deepseekv31").unwrap(), "deepseek_v3_1");
-        assert_eq!(canonical_reasoning("deepseek-r1").unwrap(), "deepseek_r1");
+        let tool_call = |name| ToolCallFamily::resolve(name).unwrap().name();
+        assert_eq!(tool_call("qwen25"), "hermes");
+        assert_eq!(tool_call("gpt-oss"), "harmony");
+        assert_eq!(tool_call("deepseekv31"), "deepseek_v3_1");
+        let deepseek = ReasoningFamily::resolve("deepseek-r1").unwrap();
+        assert_eq!(deepseek.name(), "deepseek_r1");
+        assert!(!deepseek.starts_in_reasoning);
+        assert!(
+            ReasoningFamily::resolve("qwen3_thinking")
+                .unwrap()
+                .starts_in_reasoning
+        );
+        assert!(
+            ToolCallFamily::resolve("harmony")
+                .unwrap()
+                .info()
+                .keeps_special_tokens
+        );
+        // As Dynamo 1.6.1: mistral's and minimax_m2's markers are decoded as text.
+        for plain in ["hermes", "mistral", "minimax_m2"] {
+            assert!(
+                !ToolCallFamily::resolve(plain)
+                    .unwrap()
+                    .info()
+                    .keeps_special_tokens
+            );
+        }
+        assert!(
+            ReasoningFamily::resolve("gpt_oss")
+                .unwrap()
+                .info()
+                .keeps_special_tokens
+        );
     }
 
     #[test]
     fn unknown_lists_valid_names() {
-        let err = canonical_tool_call("nope").unwrap_err();
+        let err = ToolCallFamily::resolve("nope").unwrap_err();
         assert!(err.to_string().contains("hermes"));
         assert!(err.to_string().contains("`nope`"));
     }

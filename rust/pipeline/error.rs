@@ -1,76 +1,87 @@
 //! An HTTP error as the reference frontend sends it: a status plus the exact body
 //! bytes. Bodies are flat `{"message","type","code"}` with `type` the reason phrase,
-//! not OpenAI's nested `{"error":{…}}`.
+//! not OpenAI's nested `{"error":{…}}`; after a stream's 200 the same error travels
+//! as an OpenAI-style event whose `type` is a snake_case error kind.
 
 use std::fmt;
 
-use serde::Serialize;
-
-/// The reference's default body limit (`DYN_HTTP_BODY_LIMIT_MB`).
-pub const DEFAULT_BODY_LIMIT_MB: usize = 45;
+use super::chunks::{write_str, write_u64};
 
 /// The serde prefix axum's `Json` extractor puts in front of every body error.
 const DESERIALIZE_PREFIX: &str = "Failed to deserialize the JSON body into the target type: ";
 
+/// What the reference names each status: the reason phrase of a flat body, and the
+/// `type` of an in-stream error event.
+const STATUSES: &[(u16, &str, &str)] = &[
+    (400, "Bad Request", "invalid_request_error"),
+    (401, "Unauthorized", "authentication_error"),
+    (403, "Forbidden", "authentication_error"),
+    (404, "Not Found", "not_found_error"),
+    (405, "Method Not Allowed", INTERNAL),
+    (408, "Request Timeout", "timeout_error"),
+    (409, "Conflict", INTERNAL),
+    (413, "Payload Too Large", "invalid_request_error"),
+    (415, "Unsupported Media Type", INTERNAL),
+    (422, "Unprocessable Entity", "invalid_request_error"),
+    (429, "Too Many Requests", INTERNAL),
+    (499, "Client Closed Request", "request_cancelled"),
+    (500, "Internal Server Error", INTERNAL),
+    (501, "Not Implemented", "not_implemented_error"),
+    (503, "Service Unavailable", "service_unavailable"),
+    (504, "Gateway Timeout", "timeout_error"),
+    (529, "Overloaded", INTERNAL),
+];
+
+const INTERNAL: &str = "internal_server_error";
+
+fn status_names(status: u16) -> Option<&'static (u16, &'static str, &'static str)> {
+    STATUSES.iter().find(|(code, _, _)| *code == status)
+}
+
+/// The reason phrase the reference puts in a flat body's `type`.
+pub fn reason_phrase(status: u16) -> &'static str {
+    status_names(status).map_or("Unknown", |(_, reason, _)| reason)
+}
+
+/// The `type` of an in-stream error event for a status.
+pub fn stream_error_type(status: u16) -> &'static str {
+    status_names(status).map_or(INTERNAL, |(_, _, kind)| kind)
+}
+
+/// `"message":…,"type":…,"code":…`, the fields both error shapes share.
+pub fn write_error_fields(out: &mut Vec<u8>, message: &str, kind: &str, status: u16) {
+    out.extend_from_slice(b"\"message\":");
+    write_str(out, message);
+    out.extend_from_slice(b",\"type\":");
+    write_str(out, kind);
+    out.extend_from_slice(b",\"code\":");
+    write_u64(out, status.into());
+}
+
+/// Append a flat error body; `details` is raw JSON for the optional `details` key.
+pub fn write_flat_body(out: &mut Vec<u8>, status: u16, message: &str, details: Option<&str>) {
+    out.push(b'{');
+    write_error_fields(out, message, reason_phrase(status), status);
+    if let Some(details) = details {
+        out.extend_from_slice(b",\"details\":");
+        out.extend_from_slice(details.as_bytes());
+    }
+    out.push(b'}');
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpError {
     pub status: u16,
-    /// The response body; empty for the bare 404/405 the reference sends.
+    /// The response body; empty for the bare 405 the reference sends.
     pub body: Vec<u8>,
-}
-
-#[derive(Serialize)]
-struct FlatBody<'a> {
-    message: &'a str,
-    #[serde(rename = "type")]
-    kind: &'a str,
-    code: u16,
-}
-
-/// The canonical reason phrase, which the reference uses as `type`.
-pub fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        408 => "Request Timeout",
-        429 => "Too Many Requests",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        413 => "Payload Too Large",
-        415 => "Unsupported Media Type",
-        422 => "Unprocessable Entity",
-        499 => "Client Closed Request",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        529 => "Overloaded",
-        _ => "Unknown",
-    }
 }
 
 impl HttpError {
     /// A flat error body with the reason phrase as `type`.
     pub fn new(status: u16, message: &str) -> Self {
-        Self::with_type(status, message, reason_phrase(status))
-    }
-
-    pub fn with_type(status: u16, message: &str, kind: &str) -> Self {
-        let body = serde_json::to_vec(&FlatBody {
-            message,
-            kind,
-            code: status,
-        })
-        .expect("a flat error body always serialises");
+        let mut body = Vec::with_capacity(message.len() + 48);
+        write_flat_body(&mut body, status, message, None);
         Self { status, body }
-    }
-
-    /// A status with no body at all (axum's defaults for 405 and disabled routes).
-    pub fn empty(status: u16) -> Self {
-        Self {
-            status,
-            body: Vec::new(),
-        }
     }
 
     /// 400 `Validation: <text>`.
@@ -88,6 +99,17 @@ impl HttpError {
         Self::new(501, &format!("Validation: {text}"))
     }
 
+    /// 400 for a prompt of `prompt_tokens` tokens that does not fit the context.
+    pub fn context_overflow(limit: usize, prompt_tokens: usize) -> Self {
+        Self::new(
+            400,
+            &format!(
+                "This model's maximum context length is {limit} tokens. However, your messages \
+                 resulted in {prompt_tokens} tokens. Please reduce the length of the messages."
+            ),
+        )
+    }
+
     pub fn model_not_found() -> Self {
         Self::new(404, "Model not found")
     }
@@ -96,9 +118,12 @@ impl HttpError {
         Self::new(404, &format!("Route not found: {method} {path}"))
     }
 
-    /// 405: empty body; the caller adds `allow: POST` (or `GET`).
+    /// 405: no body; the router adds `allow: POST` (or `GET`).
     pub fn method_not_allowed() -> Self {
-        Self::empty(405)
+        Self {
+            status: 405,
+            body: Vec::new(),
+        }
     }
 
     pub fn payload_too_large(limit_mb: usize) -> Self {
@@ -114,16 +139,15 @@ impl HttpError {
         Self::new(415, "Expected request with Content-Type application/json")
     }
 
-    pub fn service_unavailable(message: &str) -> Self {
-        Self::new(503, message)
-    }
-
     /// 503 for a known model whose engine is not serving yet.
     pub fn model_not_ready(model: &str) -> Self {
-        Self::service_unavailable(&format!(
-            "Model `{model}` is not ready to serve requests yet. The deployment may still be \
-             starting up or is not fully provisioned. Please retry shortly."
-        ))
+        Self::new(
+            503,
+            &format!(
+                "Model `{model}` is not ready to serve requests yet. The deployment may still \
+                 be starting up or is not fully provisioned. Please retry shortly."
+            ),
+        )
     }
 
     pub fn internal(message: &str) -> Self {
@@ -160,11 +184,47 @@ pub fn is_json_content_type(value: Option<&str>) -> bool {
                 .is_some_and(|(_, suffix)| suffix.eq_ignore_ascii_case("json")))
 }
 
-/// 415 unless the content type is JSON.
-pub fn check_content_type(value: Option<&str>) -> Result<(), HttpError> {
-    if is_json_content_type(value) {
-        Ok(())
-    } else {
-        Err(HttpError::unsupported_media_type())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_body_bytes() {
+        assert_eq!(
+            HttpError::new(415, "x \"y\"").body_str(),
+            r#"{"message":"x \"y\"","type":"Unsupported Media Type","code":415}"#
+        );
+        let mut out = Vec::new();
+        write_flat_body(&mut out, 500, "m", Some(r#"{"backend_status":500}"#));
+        assert_eq!(
+            out,
+            br#"{"message":"m","type":"Internal Server Error","code":500,"details":{"backend_status":500}}"#
+        );
+    }
+
+    #[test]
+    fn every_status_is_named_once() {
+        let mut codes: Vec<u16> = STATUSES.iter().map(|(code, _, _)| *code).collect();
+        codes.dedup();
+        assert_eq!(codes.len(), STATUSES.len());
+        assert!(codes.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(reason_phrase(418), "Unknown");
+        assert_eq!(stream_error_type(418), INTERNAL);
+        assert_eq!(stream_error_type(413), "invalid_request_error");
+    }
+
+    #[test]
+    fn json_content_types() {
+        for yes in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/vnd.x+json",
+        ] {
+            assert!(is_json_content_type(Some(yes)), "{yes}");
+        }
+        for no in ["text/plain", "application/jsonx", "json", ""] {
+            assert!(!is_json_content_type(Some(no)), "{no}");
+        }
+        assert!(!is_json_content_type(None));
     }
 }

@@ -3,12 +3,17 @@
 
 pub mod chunks;
 pub mod detok;
+mod engine_request;
 pub mod error;
 pub mod frames;
+mod logprobs;
 pub mod model;
 pub mod plan;
 pub mod preprocess;
+mod prompt;
 pub mod request;
 pub mod response;
 pub mod sse;
 pub mod template;
+pub mod tokens;
+pub mod validate;

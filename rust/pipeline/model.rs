@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
 
-use crate::parsers::registry::{canonical_reasoning, canonical_tool_call};
+use crate::parsers::{ReasoningFamily, ToolCallFamily, UnknownParser};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -24,6 +25,10 @@ pub enum ModelError {
     },
     #[error("cannot load tokenizer {path}: {message}")]
     Tokenizer { path: PathBuf, message: String },
+    #[error(transparent)]
+    UnknownParser(#[from] UnknownParser),
+    #[error("chat template: {0}")]
+    Template(#[from] minijinja::Error),
     #[error("{0}")]
     Invalid(String),
 }
@@ -36,9 +41,9 @@ pub struct ModelCard {
     pub source_path: PathBuf,
     /// Effective context length; 0 when unknown.
     pub context_length: u32,
-    /// Canonical parser names, `None` when off.
-    pub reasoning_parser: Option<String>,
-    pub tool_call_parser: Option<String>,
+    /// Parser families, resolved once; `None` when off.
+    pub reasoning_parser: Option<ReasoningFamily>,
+    pub tool_call_parser: Option<ToolCallFamily>,
     /// From generation_config.json (else config.json, else the tokenizer's eos token).
     pub eos_token_ids: Vec<u32>,
     pub bos_token: Option<String>,
@@ -146,13 +151,15 @@ fn context_length(config: Option<&Value>, tokenizer_config: Option<&Value>) -> u
 
 impl ModelCard {
     /// Read a model directory. `served_name` defaults to the directory name; parser
-    /// names are canonicalised (unknown names are an error).
+    /// names are resolved to their families (unknown names are an error).
     pub fn from_dir(
         dir: impl AsRef<Path>,
         served_name: Option<&str>,
         reasoning_parser: Option<&str>,
         tool_call_parser: Option<&str>,
     ) -> Result<Self, ModelError> {
+        let reasoning_parser = reasoning_parser.map(ReasoningFamily::resolve).transpose()?;
+        let tool_call_parser = tool_call_parser.map(ToolCallFamily::resolve).transpose()?;
         let dir = dir.as_ref();
         let source_path = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
 
@@ -215,22 +222,20 @@ impl ModelCard {
         if served_name.is_empty() {
             return Err(ModelError::Invalid("served model name is empty".into()));
         }
-        let reasoning_parser = reasoning_parser
-            .map(|n| canonical_reasoning(n).map(str::to_owned))
-            .transpose()
-            .map_err(|e| ModelError::Invalid(format!("unknown reasoning parser {:?}", e.name)))?;
-        let tool_call_parser = tool_call_parser
-            .map(|n| canonical_tool_call(n).map(str::to_owned))
-            .transpose()
-            .map_err(|e| ModelError::Invalid(format!("unknown tool-call parser {:?}", e.name)))?;
 
         let context_length = context_length(config.as_ref().map(|(v, _)| v), tc);
 
-        // A stable card checksum over the name, the path and every file read.
-        let mut sum = Fnv256::default();
-        sum.update(served_name.as_bytes());
-        sum.update(source_path.to_string_lossy().as_bytes());
-        sum.update(&tokenizer_bytes);
+        // A stable card checksum over the name, the path and every file read, each
+        // length-prefixed so the parts cannot run into each other. The reference
+        // uses blake3; the value is opaque to engines.
+        let mut sum = Sha256::new();
+        let mut part = |bytes: &[u8]| {
+            sum.update((bytes.len() as u64).to_le_bytes());
+            sum.update(bytes);
+        };
+        part(served_name.as_bytes());
+        part(source_path.to_string_lossy().as_bytes());
+        part(&tokenizer_bytes);
         for (_, bytes) in [
             &tokenizer_config,
             &config,
@@ -240,12 +245,12 @@ impl ModelCard {
         .into_iter()
         .flatten()
         {
-            sum.update(bytes);
+            part(bytes);
         }
         if let Some(t) = &chat_template {
-            sum.update(t.as_bytes());
+            part(t.as_bytes());
         }
-        sum.update(&context_length.to_le_bytes());
+        part(&context_length.to_le_bytes());
 
         Ok(Self {
             served_name,
@@ -260,7 +265,7 @@ impl ModelCard {
             chat_template,
             tool_use_template,
             exclude_tools_when_tool_choice_none: true,
-            mdc_sum: sum.hex(),
+            mdc_sum: format!("{:x}", sum.finalize()),
             tokenizer: Arc::new(tokenizer),
         })
     }
@@ -275,36 +280,19 @@ impl ModelCard {
     pub fn tokenizer(&self) -> Arc<Tokenizer> {
         Arc::clone(&self.tokenizer)
     }
-}
 
-/// Four independent 64-bit FNV-1a lanes → a 64-hex-digit checksum. The reference
-/// uses blake3 here; the value is opaque to engines, so any stable digest will do.
-struct Fnv256 {
-    lanes: [u64; 4],
-}
-
-impl Default for Fnv256 {
-    fn default() -> Self {
-        const BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-        Self {
-            lanes: [BASIS, BASIS ^ 1, BASIS ^ 2, BASIS ^ 3],
-        }
-    }
-}
-
-impl Fnv256 {
-    fn update(&mut self, bytes: &[u8]) {
-        const PRIME: u64 = 0x0000_0100_0000_01b3;
-        for (i, lane) in self.lanes.iter_mut().enumerate() {
-            for &b in bytes {
-                *lane = (*lane ^ u64::from(b).wrapping_add(i as u64)).wrapping_mul(PRIME);
-            }
-            // Length separator so ("ab","c") and ("a","bc") differ.
-            *lane = (*lane ^ bytes.len() as u64).wrapping_mul(PRIME);
-        }
-    }
-
-    fn hex(&self) -> String {
-        self.lanes.iter().map(|l| format!("{l:016x}")).collect()
+    /// The `GET /v1/models` body, for a model attached at `created`.
+    pub fn models_body(&self, created: u64) -> Vec<u8> {
+        let body = serde_json::json!({
+            "object": "list",
+            "data": [{
+                "id": self.served_name,
+                "object": "model",
+                "created": created,
+                "owned_by": "nvidia",
+                "context_window": self.context_length,
+            }],
+        });
+        serde_json::to_vec(&body).expect("a models body always serialises")
     }
 }

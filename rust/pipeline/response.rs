@@ -9,12 +9,13 @@ use std::sync::Arc;
 use tokenizers::Tokenizer;
 
 use super::chunks::{self, ChatDelta, ChatMessage, CompletionChoice, Envelope, Usage, WholeCall};
-use super::detok::{DecodeOptions, Detokenizer};
+use super::detok::Detokenizer;
+use super::error::write_flat_body;
 use super::frames::{parse_frame, EngineOutput, Frame};
+use super::logprobs::{self, TokenLogprob};
 use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
-use crate::parsers::chat::ChatOptions;
-use crate::parsers::{ChatParser, Delta, UnknownParser};
+use crate::parsers::{ChatParser, Delta};
 
 /// The message Dynamo shows for any engine failure (the engine's own text stays inside).
 pub const INTERNAL_ERROR: &str = "Internal server error";
@@ -49,11 +50,8 @@ struct Choice {
 pub struct ResponseState {
     plan: ResponsePlan,
     tokenizer: Arc<Tokenizer>,
-    chat_options: Option<ChatOptions>,
     choices: Vec<Choice>,
     usage: Usage,
-    /// The parser built while checking the names in `new`, kept for the first choice.
-    spare_parser: Option<ChatParser>,
     status: u16,
     closed: bool,
     /// The `nvext.annotations` events went out (they lead a stream).
@@ -66,29 +64,16 @@ pub struct ResponseState {
 }
 
 impl ResponseState {
-    /// Fails only for a parser name the registry does not know.
-    pub fn new(plan: ResponsePlan, tokenizer: Arc<Tokenizer>) -> Result<Self, UnknownParser> {
-        let chat_options = (plan.surface == Surface::Chat).then(|| ChatOptions {
-            reasoning: plan.reasoning_parser.clone(),
-            tool_call: plan.tool_call_parser.clone(),
-            tools: plan.tools.clone(),
-            stream_arguments: false,
-            in_reasoning: plan.in_reasoning,
-            reference_streaming: true,
-        });
-        // Surface an unknown name now rather than on the first frame.
-        let spare_parser = chat_options.as_ref().map(ChatParser::new).transpose()?;
+    pub fn new(plan: ResponsePlan, tokenizer: Arc<Tokenizer>) -> Self {
         let usage = Usage {
             prompt_tokens: plan.prompt_tokens,
             ..Usage::default()
         };
-        Ok(Self {
+        Self {
             plan,
             tokenizer,
-            chat_options,
             choices: Vec::with_capacity(1),
             usage,
-            spare_parser,
             status: 200,
             closed: false,
             announced: false,
@@ -96,7 +81,7 @@ impl ResponseState {
             piece: String::new(),
             delta: Delta::default(),
             logprobs: Vec::new(),
-        })
+        }
     }
 
     /// HTTP status of the response: 200, or 500 after a unary engine failure.
@@ -133,8 +118,9 @@ impl ResponseState {
     /// With a reasoning parser Dynamo always reports `reasoning_tokens`, 0 included.
     fn reasoning_tokens(&self) -> Option<u32> {
         self.plan
-            .reasoning_parser
-            .is_some()
+            .parsers
+            .as_ref()
+            .is_some_and(|p| p.reasoning.is_some())
             .then(|| self.choices.iter().map(|c| c.reasoning_tokens).sum())
     }
 
@@ -172,21 +158,13 @@ impl ResponseState {
         self.announce(out);
         self.closed = true;
         if self.plan.stream {
-            sse::write_error(out, message, sse::error_type(status), status);
+            sse::write_error(out, status, message);
         } else {
             self.status = status;
-            out.extend_from_slice(b"{\"message\":");
-            chunks::write_str(out, message);
-            out.extend_from_slice(b",\"type\":");
-            chunks::write_str(out, reason_phrase(status));
-            out.extend_from_slice(b",\"code\":");
-            chunks::write_u64(out, status.into());
-            if status == 500 && !self.fed {
-                // An engine that failed before sending anything: Dynamo 1.6.1 adds
-                // the backend's status (an error frame does not get it).
-                out.extend_from_slice(b",\"details\":{\"backend_status\":500}");
-            }
-            out.push(b'}');
+            // An engine that failed before sending anything: Dynamo 1.6.1 adds the
+            // backend's status (an error frame does not get it).
+            let details = (status == 500 && !self.fed).then_some(r#"{"backend_status":500}"#);
+            write_flat_body(out, status, message, details);
         }
     }
 
@@ -225,7 +203,7 @@ impl ResponseState {
         let surface = self.plan.surface;
         let rendered: Vec<Option<Vec<u8>>> = order
             .iter()
-            .map(|c| render_logprobs(surface, &c.logprobs))
+            .map(|c| logprobs::render(surface, &c.logprobs))
             .collect();
         match surface {
             Surface::Chat => {
@@ -263,26 +241,11 @@ impl ResponseState {
         if let Some(slot) = self.choices.iter().position(|c| c.index == index) {
             return slot;
         }
-        let plan = &self.plan;
-        let detok = Detokenizer::new(
-            self.tokenizer.clone(),
-            DecodeOptions {
-                skip_special_tokens: plan.skip_special_tokens,
-                hidden_stop_ids: plan.hidden_stop_ids.clone(),
-                stop: plan.stop.clone(),
-                include_stop_str_in_output: plan.include_stop_str_in_output,
-                min_tokens: plan.min_tokens.unwrap_or(0),
-            },
-        );
-        let parser = self.spare_parser.take().or_else(|| {
-            self.chat_options
-                .as_ref()
-                .map(|o| ChatParser::new(o).expect("parser names checked in ResponseState::new"))
-        });
+        let parsers = self.plan.parsers.as_ref();
         self.choices.push(Choice {
             index,
-            detok,
-            parser,
+            detok: Detokenizer::new(self.tokenizer.clone(), self.plan.decode.clone()),
+            parser: parsers.map(ChatParser::from_spec),
             first: true,
             finished: false,
             had_calls: false,
@@ -325,7 +288,15 @@ impl ResponseState {
         };
         self.logprobs.clear();
         if self.plan.logprobs {
-            self.collect_logprobs(slot, output, step.tokens as usize);
+            let choice = &mut self.choices[slot];
+            logprobs::collect(
+                self.plan.surface,
+                output,
+                step.tokens as usize,
+                (&self.piece, choice.detok.token_ends()),
+                &mut choice.text_chars,
+                &mut self.logprobs,
+            );
         }
         self.emit(slot, step.tokens, finish, false, out);
     }
@@ -359,12 +330,7 @@ impl ResponseState {
         let mut finish = finish;
         // Calls were parsed and all dropped: the last chunk says `"content":""`.
         let mut emptied = false;
-        let forced = match &self.plan.tool_choice {
-            ToolChoiceMode::Required => Some(None),
-            ToolChoiceMode::Named(name) => Some(Some(name.as_str())),
-            _ => None,
-        };
-        if let Some(named) = forced {
+        if self.plan.tool_choice.forces_calls() {
             choice.jailed.push_str(&self.delta.content);
             self.delta.content.clear();
             self.delta.calls_at = 0;
@@ -372,8 +338,8 @@ impl ResponseState {
             if ending {
                 let parsed = !choice.held_calls.is_empty();
                 let mut calls = std::mem::take(&mut choice.held_calls);
-                if let Some(name) = named {
-                    calls.retain(|c| c.name.as_deref() == Some(name));
+                if let ToolChoiceMode::Named(name) = &self.plan.tool_choice {
+                    calls.retain(|c| c.name.as_deref() == Some(name.as_str()));
                 }
                 let jailed = std::mem::take(&mut choice.jailed);
                 if !calls.is_empty() {
@@ -439,7 +405,7 @@ impl ResponseState {
             created: self.plan.created,
             model: &self.plan.model,
         };
-        let rendered = render_logprobs(self.plan.surface, &self.logprobs);
+        let rendered = logprobs::render(self.plan.surface, &self.logprobs);
         if self.plan.surface == Surface::Completions {
             let text = self.delta.content.as_str();
             if text.is_empty() && finish.is_none() && rendered.is_none() {
@@ -516,61 +482,6 @@ impl ResponseState {
         }
         sse::end_event(out);
     }
-
-    /// Collect this frame's log probs (the tokens it consumed) into `self.logprobs`.
-    fn collect_logprobs(&mut self, slot: usize, output: &EngineOutput, tokens: usize) {
-        let Some(log_probs) = output.log_probs.as_ref() else {
-            return;
-        };
-        let choice = &mut self.choices[slot];
-        // Like Dynamo's backend: each token's text is what the decoder released
-        // for it; only engine-decoded frames keep the engine's own strings.
-        let ends = choice.detok.token_ends();
-        let mut start = 0;
-        for (i, (&id, &lp)) in output
-            .token_ids
-            .iter()
-            .zip(log_probs)
-            .take(tokens)
-            .enumerate()
-        {
-            let token = match ends.get(i) {
-                Some(&end) => {
-                    let piece = self.piece.get(start..end).unwrap_or_default().to_owned();
-                    start = end;
-                    piece
-                }
-                None => output
-                    .tokens
-                    .as_ref()
-                    .and_then(|t| t.get(i).cloned().flatten())
-                    .unwrap_or_default(),
-            };
-            let mut top: Vec<(String, f32)> = Vec::new();
-            let mut has_sampled = false;
-            for alt in output
-                .top_logprobs
-                .as_ref()
-                .and_then(|t| t.get(i))
-                .into_iter()
-                .flatten()
-            {
-                has_sampled |= alt.token_id == id;
-                top.push((alt.token.clone().unwrap_or_default(), alt.logprob as f32));
-            }
-            if !has_sampled && self.plan.surface == Surface::Chat {
-                top.push((token.clone(), lp as f32));
-            }
-            let offset = choice.text_chars;
-            choice.text_chars += token.chars().count();
-            self.logprobs.push(TokenLogprob {
-                token,
-                logprob: lp as f32,
-                top,
-                offset,
-            });
-        }
-    }
 }
 
 /// An engine error that is the client's fault: `{"message": …, "code": 4xx}`.
@@ -584,26 +495,6 @@ fn client_error(text: &str) -> Option<(u16, String)> {
     (400..500)
         .contains(&reported.code)
         .then_some((reported.code, reported.message))
-}
-
-/// The `type` of Dynamo's flat error body: the status's reason phrase.
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        413 => "Payload Too Large",
-        422 => "Unprocessable Entity",
-        429 => "Too Many Requests",
-        499 => "Client Closed Request",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Internal Server Error",
-    }
 }
 
 fn non_empty(s: &str) -> Option<&str> {
@@ -623,115 +514,4 @@ fn count_reasoning(choice: &mut Choice, delta: &Delta, tokens: u32, answered: bo
     if answered {
         choice.in_reasoning = false;
     }
-}
-
-/// One sampled token's log prob with its alternatives.
-#[derive(Debug, Clone)]
-struct TokenLogprob {
-    token: String,
-    logprob: f32,
-    top: Vec<(String, f32)>,
-    /// Characters of choice text before this token (completions `text_offset`).
-    offset: usize,
-}
-
-/// A token's UTF-8 bytes as a JSON array, `null` for an empty token.
-fn write_bytes(out: &mut Vec<u8>, token: &str) {
-    if token.is_empty() {
-        out.extend_from_slice(b"null");
-        return;
-    }
-    out.push(b'[');
-    for (i, b) in token.bytes().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        chunks::write_u64(out, b.into());
-    }
-    out.push(b']');
-}
-
-/// Chat: `{"content":[{"token","logprob","bytes","top_logprobs":[…]}],"refusal":null}`.
-fn write_chat_logprobs(out: &mut Vec<u8>, entries: &[TokenLogprob]) {
-    out.extend_from_slice(b"{\"content\":[");
-    for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"token\":");
-        chunks::write_str(out, &e.token);
-        out.extend_from_slice(b",\"logprob\":");
-        chunks::write_f32(out, e.logprob);
-        out.extend_from_slice(b",\"bytes\":");
-        write_bytes(out, &e.token);
-        out.extend_from_slice(b",\"top_logprobs\":[");
-        for (j, (token, lp)) in e.top.iter().enumerate() {
-            if j > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"{\"token\":");
-            chunks::write_str(out, token);
-            out.extend_from_slice(b",\"logprob\":");
-            chunks::write_f32(out, *lp);
-            out.extend_from_slice(b",\"bytes\":");
-            write_bytes(out, token);
-            out.push(b'}');
-        }
-        out.extend_from_slice(b"]}");
-    }
-    out.extend_from_slice(b"],\"refusal\":null}");
-}
-
-/// Completions: `{"tokens","token_logprobs","top_logprobs":[{tok:lp}],"text_offset"}`.
-fn write_completion_logprobs(out: &mut Vec<u8>, entries: &[TokenLogprob]) {
-    out.extend_from_slice(b"{\"tokens\":[");
-    for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        chunks::write_str(out, &e.token);
-    }
-    out.extend_from_slice(b"],\"token_logprobs\":[");
-    for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        chunks::write_f32(out, e.logprob.max(-9999.0));
-    }
-    out.extend_from_slice(b"],\"top_logprobs\":[");
-    for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.push(b'{');
-        for (j, (token, lp)) in e.top.iter().enumerate() {
-            if j > 0 {
-                out.push(b',');
-            }
-            chunks::write_str(out, token);
-            out.push(b':');
-            chunks::write_f32(out, lp.max(-9999.0));
-        }
-        out.push(b'}');
-    }
-    out.extend_from_slice(b"],\"text_offset\":[");
-    for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        chunks::write_u64(out, e.offset as u64);
-    }
-    out.extend_from_slice(b"]}");
-}
-
-fn render_logprobs(surface: Surface, entries: &[TokenLogprob]) -> Option<Vec<u8>> {
-    if entries.is_empty() {
-        return None;
-    }
-    let mut out = Vec::with_capacity(64 * entries.len());
-    match surface {
-        Surface::Chat => write_chat_logprobs(&mut out, entries),
-        Surface::Completions => write_completion_logprobs(&mut out, entries),
-    }
-    Some(out)
 }

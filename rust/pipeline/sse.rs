@@ -1,6 +1,8 @@
 //! Server-sent events as axum 0.8 writes them for Dynamo 1.6.1:
 //! `data: <json>\n\n`, the in-stream error event, and `data: [DONE]`.
 
+use super::error::{stream_error_type, write_error_fields};
+
 /// Open a `data:` event; the JSON payload follows, then [`end_event`].
 pub fn begin_event(out: &mut Vec<u8>) {
     out.extend_from_slice(b"data: ");
@@ -29,29 +31,11 @@ pub fn write_done(out: &mut Vec<u8>) {
     out.extend_from_slice(b"data: [DONE]\n\n");
 }
 
-/// The in-stream error `type` for an HTTP status, as Dynamo names them.
-pub fn error_type(status: u16) -> &'static str {
-    match status {
-        400 | 413 | 422 => "invalid_request_error",
-        401 | 403 => "authentication_error",
-        404 => "not_found_error",
-        408 | 504 => "timeout_error",
-        499 => "request_cancelled",
-        501 => "not_implemented_error",
-        503 => "service_unavailable",
-        _ => "internal_server_error",
-    }
-}
-
 /// An error after the 200 went out: OpenAI-style envelope, then `[DONE]`.
-pub fn write_error(out: &mut Vec<u8>, message: &str, kind: &str, code: u16) {
+pub fn write_error(out: &mut Vec<u8>, status: u16, message: &str) {
     begin_event(out);
-    out.extend_from_slice(b"{\"error\":{\"message\":");
-    super::chunks::write_str(out, message);
-    out.extend_from_slice(b",\"type\":");
-    super::chunks::write_str(out, kind);
-    out.extend_from_slice(b",\"code\":");
-    super::chunks::write_u64(out, code.into());
+    out.extend_from_slice(b"{\"error\":{");
+    write_error_fields(out, message, stream_error_type(status), status);
     out.extend_from_slice(b"}}");
     end_event(out);
     write_done(out);
@@ -71,12 +55,7 @@ mod tests {
     #[test]
     fn error_event_bytes() {
         let mut out = Vec::new();
-        write_error(
-            &mut out,
-            "Internal server error",
-            "internal_server_error",
-            500,
-        );
+        write_error(&mut out, 500, "Internal server error");
         assert_eq!(
             out,
             b"data: {\"error\":{\"message\":\"Internal server error\",\"type\":\"internal_server_error\",\"code\":500}}\n\ndata: [DONE]\n\n"

@@ -3,79 +3,11 @@
 //! Each case is checked batch (`parse`) and streamed under several chunkings,
 //! with whole calls and with streamed arguments; all must give the expected message.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+mod parsers_cases;
 
 use _core::parsers::chat::{parse, ChatOptions};
-use _core::parsers::{ChatParser, Delta, Message, Tools};
+use _core::parsers::{ChatParser, Delta, Message};
 use serde_json::Value;
-
-fn fixture_files() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parsers");
-    let mut files = Vec::new();
-    for kind in ["reasoning", "tools", "chat"] {
-        let Ok(entries) = std::fs::read_dir(root.join(kind)) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "json") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
-}
-
-struct Case {
-    label: String,
-    text: String,
-    options: ChatOptions,
-    expect: Value,
-}
-
-fn opt_str(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
-fn cases() -> Vec<Case> {
-    let mut out = Vec::new();
-    for file in fixture_files() {
-        let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap())
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        for case in doc["cases"].as_array().expect("cases array") {
-            let pick = |key: &str| case.get(key).or_else(|| doc.get(key)).cloned();
-            let tools = match pick("tools") {
-                Some(v) if !v.is_null() => Tools::from_value(&v).unwrap(),
-                _ => Tools::default(),
-            };
-            let options = ChatOptions {
-                reasoning: pick("reasoning")
-                    .as_ref()
-                    .and_then(|v| v.as_str().map(str::to_owned)),
-                tool_call: pick("tool_call")
-                    .as_ref()
-                    .and_then(|v| v.as_str().map(str::to_owned)),
-                tools: Arc::new(tools),
-                stream_arguments: false,
-                in_reasoning: pick("in_reasoning").and_then(|v| v.as_bool()),
-                reference_streaming: false,
-            };
-            out.push(Case {
-                label: format!(
-                    "{}: {}",
-                    file.file_name().unwrap().to_string_lossy(),
-                    opt_str(case, "name").unwrap_or_default()
-                ),
-                text: case["text"].as_str().expect("text").to_owned(),
-                options,
-                expect: case["expect"].clone(),
-            });
-        }
-    }
-    out
-}
 
 fn check(label: &str, how: &str, message: &Message, errors: usize, expect: &Value) {
     let want_content = expect.get("content").and_then(Value::as_str).unwrap_or("");
@@ -170,7 +102,7 @@ fn stream(pieces: &[&str], options: &ChatOptions) -> (Message, usize) {
 
 #[test]
 fn golden_cases_batch_and_streamed() {
-    let all = cases();
+    let all = parsers_cases::load();
     assert!(!all.is_empty(), "no parser fixtures found");
     for case in &all {
         let (message, errors) = parse(&case.text, &case.options).unwrap();
@@ -199,6 +131,39 @@ fn golden_cases_batch_and_streamed() {
                     &case.expect,
                 );
             }
+        }
+    }
+}
+
+/// Malformed outputs give the recorded answer, batch and under every chunking. Ids and
+/// error counts are not recorded there (Dynamo's answers carry neither in a comparable form).
+#[test]
+fn malformed_outputs_give_the_recorded_answer() {
+    let all = parsers_cases::load_malformed();
+    assert!(!all.is_empty(), "no malformed cases found");
+    fn view(m: &Message) -> (&str, Vec<(&str, &str)>) {
+        let calls = m.tool_calls.iter();
+        let calls = calls.map(|c| (c.name.as_str(), c.arguments.as_str()));
+        (&m.content, calls.collect())
+    }
+    for case in &all {
+        let want_calls: Vec<(&str, &str)> = case.expect["tool_calls"]
+            .as_array()
+            .expect("tool_calls")
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap(),
+                    c["arguments"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        let want = (case.expect["content"].as_str().unwrap(), want_calls);
+        let (message, _) = parse(&case.text, &case.options).unwrap();
+        assert_eq!(view(&message), want, "{} [parse]", case.label);
+        for (how, pieces) in chunkings(&case.text) {
+            let (message, _) = stream(&pieces, &case.options);
+            assert_eq!(view(&message), want, "{} [{how}]", case.label);
         }
     }
 }

@@ -7,34 +7,20 @@
 //! body goes through the whole pipeline; the ids are fed as the mocker emits them:
 //! one token a frame, usage on the first, then an empty `length` frame.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 
 use _core::pipeline::model::ModelCard;
 use _core::pipeline::preprocess::Preprocessor;
 use _core::pipeline::response::ResponseState;
-use serde_json::{json, Value};
+use common::{mocker_frames, model_dir, REQUEST_ID};
+use serde_json::Value;
 
 const MODEL: &str = "dsref";
-const REQUEST_ID: &str = "00000000-0000-4000-8000-000000000000";
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn model_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("SHAKEDOWN_TEST_MODEL_DIR") {
-        return PathBuf::from(dir);
-    }
-    let dir = root().join("model-deepseek");
-    assert!(
-        dir.join("tokenizer.json").is_file(),
-        "no DeepSeek model dir: run `python tests/fixtures/build_model.py tests/fixtures/model-deepseek`"
-    );
-    dir
-}
 
 fn fixtures() -> Vec<(PathBuf, Value)> {
-    let dir = root().join("pipeline/fuzz");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pipeline/fuzz");
     let mut out: Vec<(PathBuf, Value)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{dir:?}: {e}"))
         .map(|entry| entry.unwrap().path())
@@ -49,33 +35,8 @@ fn fixtures() -> Vec<(PathBuf, Value)> {
     out
 }
 
-/// The mocker's frames for `ids`, as JSON bytes.
-fn frames(ids: &[u32], prompt_tokens: u64) -> Vec<Vec<u8>> {
-    let usage = |completion: usize| {
-        json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-               "total_tokens": prompt_tokens + completion as u64,
-               "prompt_tokens_details": {"audio_tokens": null, "cached_tokens": 0}})
-    };
-    let mut out: Vec<Value> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| {
-            let mut frame = json!({"token_ids": [id], "tokens": null, "text": null,
-                                   "finish_reason": null, "index": null});
-            if i == 0 {
-                frame["completion_usage"] = usage(1);
-            }
-            frame
-        })
-        .collect();
-    out.push(
-        json!({"token_ids": [], "finish_reason": "length", "completion_usage": usage(ids.len())}),
-    );
-    out.iter().map(|f| f.to_string().into_bytes()).collect()
-}
-
-/// Generated ids (`chatcmpl-…`, `cmpl-…`, `call-…`) and `created` masked, as the
-/// parity comparison masks them.
+/// Generated ids (`chatcmpl-…`, `cmpl-…`, `call-…`) and `created` masked as the
+/// fixtures store them (`shakedown.parity.normalize.mask_generated`).
 fn mask(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -118,10 +79,10 @@ fn run(pre: &Preprocessor, path: &str, body: &Value, ids: &[u32]) -> (u16, Strin
         Err(err) => return (err.status, mask(&String::from_utf8_lossy(&err.body))),
     };
     let engine: Value = serde_json::from_slice(&prepared.engine_request).unwrap();
-    let prompt_tokens = engine["token_ids"].as_array().map_or(0, |t| t.len() as u64);
-    let mut state = ResponseState::new(prepared.plan, pre.tokenizer()).unwrap();
+    let prompt_tokens = engine["token_ids"].as_array().map_or(0, Vec::len);
+    let mut state = ResponseState::new(prepared.plan, pre.tokenizer());
     let mut out = Vec::new();
-    for frame in frames(ids, prompt_tokens) {
+    for frame in mocker_frames(ids, prompt_tokens, 0) {
         state.feed(&frame, &mut out);
         if state.is_finished() {
             break;

@@ -2,104 +2,33 @@
 //! requests byte for byte, every error capture's status and body, prompt token
 //! counts of every chat/completions capture, and template rendering.
 //!
-//! Needs the DeepSeek model dir: `python tests/fixtures/build_model.py` (or set
-//! SHAKEDOWN_TEST_MODEL_DIR).
+mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use _core::pipeline::error::{check_content_type, HttpError};
+use _core::pipeline::error::{is_json_content_type, HttpError};
 use _core::pipeline::model::ModelCard;
 use _core::pipeline::plan::{Surface, ToolChoiceMode};
-use _core::pipeline::preprocess::{models_body, Prepared, Preprocessor};
-use _core::pipeline::request::parse_chat;
+use _core::pipeline::preprocess::{Prepared, Preprocessor};
+use _core::pipeline::validate::parse_chat;
+use common::{
+    captures, model_dir, preprocessor, read_request, read_response, request_names, CapturedRequest,
+};
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn captures() -> PathBuf {
-    root().join("tests/fixtures/pipeline/captures")
-}
-
-fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("SHAKEDOWN_TEST_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("tests/fixtures/model-deepseek"));
-    assert!(
-        dir.join("tokenizer.json").is_file(),
-        "model dir {} is missing: run python tests/fixtures/build_model.py",
-        dir.display()
-    );
-    dir
-}
-
-fn preprocessor(served: &str) -> Preprocessor {
-    let card = ModelCard::from_dir(
-        model_dir(),
-        Some(served),
-        Some("deepseek_r1"),
-        Some("hermes"),
-    )
-    .expect("model card");
-    Preprocessor::new(card).expect("template compiles")
-}
-
-/// A `.request` capture: method, path, content-type, body.
-struct CapturedRequest {
-    method: String,
-    path: String,
-    content_type: Option<String>,
-    body: Vec<u8>,
-}
-
-fn read_request(name: &str) -> CapturedRequest {
-    let text = fs::read_to_string(captures().join(format!("{name}.request"))).unwrap();
-    let (head, body) = text.split_once("\n\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let (method, path) = lines.next().unwrap().split_once(' ').unwrap();
-    let content_type = lines.find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("content-type")
-            .then(|| v.trim().to_owned())
-    });
-    CapturedRequest {
-        method: method.to_owned(),
-        path: path.to_owned(),
-        content_type,
-        body: body.trim_end_matches('\n').as_bytes().to_vec(),
-    }
-}
-
-/// A `.http` capture: status and body.
-fn read_response(name: &str) -> (u16, String) {
-    let text = fs::read_to_string(captures().join(format!("{name}.http"))).unwrap();
-    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .or_else(|| text.split_once("\n\n"));
-    let body = body.map(|(_, b)| b).unwrap_or("");
-    (status, body.trim_end_matches(['\n', '\r']).to_owned())
-}
-
-/// What the host does with a request before and around the preprocessor.
+/// What the serving router does before the preprocessor, with the same errors.
 fn route(pre: &Preprocessor, req: &CapturedRequest) -> Result<Prepared, HttpError> {
-    let is_chat = req.path == "/v1/chat/completions";
-    let is_completions = req.path == "/v1/completions";
-    if !is_chat && !is_completions {
+    if req.path != "/v1/chat/completions" && req.path != "/v1/completions" {
         return Err(HttpError::route_not_found(&req.method, &req.path));
     }
     if req.method != "POST" {
         return Err(HttpError::method_not_allowed());
     }
-    check_content_type(req.content_type.as_deref())?;
-    let id = "5ca58340-679f-4bc2-8c34-0350dd5b2254";
-    if is_chat {
-        pre.chat(&req.body, id)
-    } else {
-        pre.completions(&req.body, id)
+    if !is_json_content_type(req.content_type.as_deref()) {
+        return Err(HttpError::unsupported_media_type());
     }
+    req.prepare(pre)
 }
 
 fn without_mdc_sum(json: &[u8]) -> String {
@@ -127,7 +56,7 @@ fn spy_engine_requests_match_reference() {
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), SPY_ORDER.len());
     for (name, expected) in SPY_ORDER.iter().zip(lines) {
-        let prepared = route(&pre, &read_request(name))
+        let prepared = route(pre, &read_request(name))
             .unwrap_or_else(|e| panic!("{name}: unexpected error {e}"));
         assert_eq!(
             without_mdc_sum(&prepared.engine_request),
@@ -140,7 +69,7 @@ fn spy_engine_requests_match_reference() {
 #[test]
 fn engine_request_text_is_compact_and_ordered() {
     let pre = preprocessor("spy");
-    let prepared = route(&pre, &read_request("spy-chat-unary-sampling")).unwrap();
+    let prepared = route(pre, &read_request("spy-chat-unary-sampling")).unwrap();
     let text = String::from_utf8(prepared.engine_request).unwrap();
     assert!(text.starts_with(
         r#"{"model":"spy","token_ids":[0,7153,9708,16,128803,19923,128804],"stop_conditions":{"max_tokens":10,"stop":["xyz"],"#
@@ -157,19 +86,13 @@ fn engine_request_text_is_compact_and_ordered() {
 fn every_error_capture_is_reproduced() {
     let pre = preprocessor("dsref");
     let mut checked = 0;
-    for entry in fs::read_dir(captures()).unwrap() {
-        let file = entry.unwrap().file_name().into_string().unwrap();
-        let Some(name) = file
-            .strip_suffix(".request")
-            .filter(|n| n.starts_with("err-"))
-        else {
-            continue;
-        };
+    for name in request_names().iter().filter(|n| n.starts_with("err-")) {
         let (status, body) = read_response(name);
-        match route(&pre, &read_request(name)) {
+        match route(pre, &read_request(name)) {
             Err(err) => {
                 assert_eq!(err.status, status, "{name}: status");
-                assert_eq!(err.body_str(), body, "{name}: body");
+                // The capture's body ends with a newline the reference did not send.
+                assert_eq!(err.body_str(), body.trim_end(), "{name}: body");
             }
             Ok(prepared) => {
                 assert_eq!(
@@ -188,11 +111,8 @@ fn every_error_capture_is_reproduced() {
 fn prompt_tokens_match_every_capture() {
     let pre = preprocessor("dsref");
     let mut checked = 0;
-    for entry in fs::read_dir(captures()).unwrap() {
-        let file = entry.unwrap().file_name().into_string().unwrap();
-        let Some(name) = file.strip_suffix(".http") else {
-            continue;
-        };
+    for name in request_names() {
+        let name = name.as_str();
         if !(name.starts_with("chat-") || name.starts_with("completions-")) {
             continue;
         }
@@ -205,7 +125,7 @@ fn prompt_tokens_match_every_capture() {
             .take_while(char::is_ascii_digit)
             .collect();
         let expected: u32 = digits.parse().unwrap();
-        let prepared = route(&pre, &read_request(name)).unwrap();
+        let prepared = route(pre, &read_request(name)).unwrap();
         assert_eq!(prepared.plan.prompt_tokens, expected, "{name}");
         checked += 1;
     }
@@ -218,19 +138,16 @@ fn prompt_tokens_match_every_capture() {
 fn every_successful_capture_is_accepted() {
     let pre = preprocessor("dsref");
     let mut checked = 0;
-    for entry in fs::read_dir(captures()).unwrap() {
-        let file = entry.unwrap().file_name().into_string().unwrap();
-        let Some(name) = file.strip_suffix(".request") else {
-            continue;
-        };
+    for name in request_names() {
+        let name = name.as_str();
         // This one's request file carries a note about the mocker's flags after the body.
         if !(name.starts_with("chat-") || name.starts_with("completions-"))
             || name == "chat-stream-mocker-reasoning-flag"
         {
             continue;
         }
-        let prepared = route(&pre, &read_request(name))
-            .unwrap_or_else(|e| panic!("{name}: rejected with {e}"));
+        let prepared =
+            route(pre, &read_request(name)).unwrap_or_else(|e| panic!("{name}: rejected with {e}"));
         let v: Value = serde_json::from_slice(&prepared.engine_request).unwrap();
         assert_eq!(v["model"], "dsref", "{name}");
         checked += 1;
@@ -241,14 +158,13 @@ fn every_successful_capture_is_accepted() {
 #[test]
 fn omitted_max_tokens_is_null_for_chat() {
     let pre = preprocessor("dsref");
-    let prepared = route(&pre, &read_request("chat-unary-no-max-tokens")).unwrap();
+    let prepared = route(pre, &read_request("chat-unary-no-max-tokens")).unwrap();
     let v: Value = serde_json::from_slice(&prepared.engine_request).unwrap();
     assert_eq!(v["stop_conditions"]["max_tokens"], Value::Null);
     assert_eq!(
         v["annotations"],
         serde_json::json!(["output_replay_id:text:0"])
     );
-    assert_eq!(prepared.plan.max_tokens, None);
 }
 
 fn render(pre: &Preprocessor, body: &str) -> String {
@@ -265,7 +181,7 @@ fn template_renders_tools_like_python() {
         r#"{{"model":"dsref","messages":[{{"role":"user","content":"Hi"}}],"tools":{TOOLS}}}"#
     );
     assert_eq!(
-        render(&pre, &body),
+        render(pre, &body),
         "<｜begin▁of▁sentence｜><｜begin▁sys｜>You can call tools.\n<tools>\n\
          {\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get weather\", \
          \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n\
@@ -281,13 +197,15 @@ fn template_omits_tools_for_tool_choice_none() {
         r#"{{"model":"dsref","messages":[{{"role":"user","content":"Hi"}}],"tools":{TOOLS},"tool_choice":"none"}}"#
     );
     assert_eq!(
-        render(&pre, &body),
+        render(pre, &body),
         "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜>"
     );
     let prepared = pre.chat(body.as_bytes(), "x").unwrap();
     assert_eq!(prepared.plan.tool_choice, ToolChoiceMode::None);
-    assert!(prepared.plan.tool_call_parser.is_none());
-    assert!(prepared.plan.tools.is_empty());
+    let parsers = prepared.plan.parsers.unwrap();
+    assert_eq!(parsers.reasoning.unwrap().name(), "deepseek_r1");
+    assert!(parsers.tool_call.is_none());
+    assert!(parsers.tools.is_empty());
 }
 
 #[test]
@@ -301,7 +219,7 @@ fn template_multi_turn_with_tool_results() {
         {"role":"assistant","content":"It is sunny."},
         {"role":"user","content":"Thanks"}],"add_generation_prompt":false}"#;
     assert_eq!(
-        render(&pre, body),
+        render(pre, body),
         "<｜begin▁of▁sentence｜>Be brief.<｜User｜>Weather\nin Paris?\
          <｜Assistant｜><tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}</tool_call><｜end▁of▁sentence｜>\
          <｜tool▁output▁begin｜>sunny<｜tool▁output▁end｜>\
@@ -313,7 +231,7 @@ fn template_multi_turn_with_tool_results() {
 fn chat_template_args_override_context() {
     let pre = preprocessor("dsref");
     let body = r#"{"model":"dsref","messages":[{"role":"user","content":"Hi"}],"chat_template_args":{"bos_token":"[B]","add_generation_prompt":false}}"#;
-    assert_eq!(render(&pre, body), "[B]<｜User｜>Hi");
+    assert_eq!(render(pre, body), "[B]<｜User｜>Hi");
 }
 
 #[test]
@@ -328,13 +246,12 @@ fn plan_carries_what_the_response_side_needs() {
     assert_eq!(plan.surface, Surface::Chat);
     assert_eq!(plan.response_id, "chatcmpl-rid");
     assert!(plan.stream && plan.include_usage && plan.logprobs);
-    assert_eq!(plan.top_logprobs, Some(2));
-    assert_eq!(plan.stop, vec!["How".to_owned()]);
-    assert_eq!(plan.hidden_stop_ids, vec![1]);
-    assert_eq!(plan.max_tokens, Some(7));
-    assert_eq!(plan.reasoning_parser.as_deref(), Some("deepseek_r1"));
-    assert_eq!(plan.tool_call_parser.as_deref(), Some("hermes"));
-    assert!(plan.tools.get("get_weather").is_some());
+    assert_eq!(plan.decode.stop, vec!["How".to_owned()]);
+    assert_eq!(plan.decode.hidden_stop_ids, vec![1]);
+    let parsers = plan.parsers.unwrap();
+    assert_eq!(parsers.reasoning.unwrap().name(), "deepseek_r1");
+    assert_eq!(parsers.tool_call.unwrap().name(), "hermes");
+    assert!(parsers.tools.get("get_weather").is_some());
     assert_eq!(
         plan.annotation_events,
         vec![("request_id".to_owned(), "\"rid\"".to_owned())]
@@ -347,10 +264,10 @@ fn plan_carries_what_the_response_side_needs() {
         )
         .unwrap();
     assert_eq!(completion.plan.response_id, "cmpl-c");
-    assert!(completion.plan.reasoning_parser.is_none());
-    assert!(completion.plan.echo_prompt.is_none());
+    assert!(completion.plan.parsers.is_none());
     // Omitted max_tokens on completions is filled with the room left in the context.
-    assert_eq!(completion.plan.max_tokens, Some(32768 - 2));
+    let v: Value = serde_json::from_slice(&completion.engine_request).unwrap();
+    assert_eq!(v["stop_conditions"]["max_tokens"], 32768 - 2);
 }
 
 #[test]
@@ -362,7 +279,7 @@ fn ignore_eos_clears_eos_ids() {
     assert_eq!(v["eos_token_ids"], serde_json::json!([]));
     assert_eq!(v["stop_conditions"]["ignore_eos"], Value::Bool(true));
     assert_eq!(v["sampling_options"]["top_k"], serde_json::json!(-1));
-    assert!(prepared.plan.hidden_stop_ids.is_empty());
+    assert!(prepared.plan.decode.hidden_stop_ids.is_empty());
 }
 
 #[test]
@@ -440,8 +357,8 @@ fn models_body_matches_capture_shape() {
         .with_context_length(0);
     let (_, body) = read_response("models");
     assert_eq!(
-        String::from_utf8(models_body(&card, 1796215888)).unwrap(),
-        body
+        String::from_utf8(card.models_body(1796215888)).unwrap(),
+        body.trim_end()
     );
 }
 
@@ -451,8 +368,8 @@ fn model_card_reads_the_directory() {
     assert_eq!(card.served_name, dir_name(&model_dir()));
     assert_eq!(card.context_length, 32768);
     assert_eq!(card.eos_token_ids, vec![1]);
-    assert_eq!(card.reasoning_parser.as_deref(), Some("deepseek_r1"));
-    assert_eq!(card.tool_call_parser.as_deref(), Some("hermes"));
+    assert_eq!(card.reasoning_parser.map(|f| f.name()), Some("deepseek_r1"));
+    assert_eq!(card.tool_call_parser.map(|f| f.name()), Some("hermes"));
     assert_eq!(card.bos_token.as_deref(), Some("<｜begin▁of▁sentence｜>"));
     assert!(ModelCard::from_dir(model_dir(), None, Some("nope"), None).is_err());
 }
@@ -510,7 +427,7 @@ fn tool_parameters_get_type_and_properties_in_the_prompt() {
     let body = r#"{"model":"dsref","messages":[{"role":"user","content":"Hi"}],
         "tools":[{"type":"function","function":{"name":"ping","parameters":{}}},
                  {"type":"function","function":{"name":"now","parameters":{"required":[]}}}]}"#;
-    let prompt = render(&pre, body);
+    let prompt = render(pre, body);
     assert!(prompt.contains(
         "{\"type\": \"function\", \"function\": {\"name\": \"ping\", \"parameters\": {\"type\": \"object\", \"properties\": {}}}}\n"
     ));
@@ -589,11 +506,10 @@ fn client_stop_token_ids_reach_the_engine_and_hide_their_text() {
         v["stop_conditions"]["stop_token_ids_hidden"],
         serde_json::json!([1])
     );
-    assert_eq!(prepared.plan.user_stop_ids, vec![7, 9]);
-    assert_eq!(prepared.plan.hidden_stop_ids, vec![1, 7, 9]);
+    assert_eq!(prepared.plan.decode.hidden_stop_ids, vec![1, 7, 9]);
 
     let body =
         br#"{"model":"dsref","messages":[{"role":"user","content":"Hi"}],"stop_token_ids":[11]}"#;
     let plan = pre.chat(body, "x").unwrap().plan;
-    assert_eq!(plan.user_stop_ids, vec![11]);
+    assert_eq!(plan.decode.hidden_stop_ids, vec![1, 11]);
 }

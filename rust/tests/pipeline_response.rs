@@ -1,208 +1,32 @@
-//! The response side against Dynamo 1.6.1 captures, byte for byte (ids and
-//! `created` normalised), plus the decoder's edge cases.
+//! The response side against the Dynamo 1.6.1 captures, byte for byte (ids and
+//! `created` normalised), and the behaviour the captures do not cover.
 //!
-//! Each fixture in tests/fixtures/pipeline/response/ holds the plan, the engine
-//! script and the captured body (see make_fixtures.py there). The script is
-//! tokenized here exactly as the reference harness did, and replayed frame by
-//! frame the way the mocker (one token a frame, usage on the first, a closing
-//! empty `length` frame) or the spy worker emitted it.
+//! Each captured request goes through the preprocessor for its plan; the frames the
+//! reference engine sent for it are replayed (see `common::replay_frames`).
 
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+mod common;
 
-use _core::parsers::Tools;
-use _core::pipeline::detok::{DecodeOptions, Detokenizer};
-use _core::pipeline::frames::{EngineOutput, FinishReason};
-use _core::pipeline::plan::{ResponsePlan, Surface, ToolChoiceMode};
+use std::sync::OnceLock;
+
+use _core::pipeline::model::ModelCard;
+use _core::pipeline::plan::ResponsePlan;
+use _core::pipeline::preprocess::Preprocessor;
 use _core::pipeline::response::ResponseState;
+use common::{
+    encode, model_dir, normalize, preprocessor, read_request, read_response, tokenizer, with_eos,
+    EOS,
+};
 use serde_json::{json, Value};
-use tokenizers::Tokenizer;
 
-const EOS: u32 = 1;
-
-fn model_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("SHAKEDOWN_TEST_MODEL_DIR") {
-        return PathBuf::from(dir);
-    }
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/model-deepseek");
-    assert!(
-        dir.join("tokenizer.json").is_file(),
-        "no DeepSeek model dir: run `python tests/fixtures/build_model.py` or set \
-         SHAKEDOWN_TEST_MODEL_DIR (e.g. to a dir built by dynamo-ref-build-model.py)"
-    );
-    dir
-}
-
-fn tokenizer() -> Arc<Tokenizer> {
-    static TOKENIZER: OnceLock<Arc<Tokenizer>> = OnceLock::new();
-    TOKENIZER
-        .get_or_init(|| {
-            let path = model_dir().join("tokenizer.json");
-            Arc::new(Tokenizer::from_file(&path).unwrap_or_else(|e| panic!("{path:?}: {e}")))
-        })
-        .clone()
-}
-
-fn encode(text: &str) -> Vec<u32> {
-    tokenizer().encode(text, false).unwrap().get_ids().to_vec()
-}
-
-fn load(name: &str) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/pipeline/response")
-        .join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn plan_of(fixture: &Value) -> ResponsePlan {
-    let p = &fixture["plan"];
-    let chat = p["surface"] == "chat";
-    let tools = match &p["tools"] {
-        Value::Null => Tools::default(),
-        tools => Tools::from_value(tools).unwrap(),
-    };
-    let name = |v: &Value| v.as_str().map(str::to_owned);
-    ResponsePlan {
-        surface: if chat {
-            Surface::Chat
-        } else {
-            Surface::Completions
-        },
-        response_id: format!(
-            "{}-00000000-0000-4000-8000-000000000000",
-            if chat { "chatcmpl" } else { "cmpl" }
-        ),
-        created: 1_796_215_889,
-        model: p["model"].as_str().unwrap().to_owned(),
-        stream: p["stream"].as_bool().unwrap(),
-        include_usage: p["include_usage"].as_bool().unwrap(),
-        n: p["n"].as_u64().unwrap() as u32,
-        prompt_tokens: p["prompt_tokens"].as_u64().unwrap() as u32,
-        echo_prompt: None,
-        logprobs: p["logprobs"].as_bool().unwrap(),
-        top_logprobs: None,
-        stop: match &p["stop"] {
-            Value::String(s) => vec![s.clone()],
-            Value::Array(a) => a.iter().map(|s| s.as_str().unwrap().to_owned()).collect(),
-            _ => Vec::new(),
-        },
-        hidden_stop_ids: vec![EOS],
-        include_stop_str_in_output: false,
-        min_tokens: p["min_tokens"].as_u64().map(|n| n as u32),
-        max_tokens: p["max_tokens"].as_u64().map(|n| n as u32),
-        skip_special_tokens: false,
-        reasoning_parser: name(&p["reasoning_parser"]),
-        tool_call_parser: name(&p["tool_call_parser"]),
-        tools: Arc::new(tools),
-        in_reasoning: None,
-        request_id: "00000000-0000-4000-8000-000000000000".into(),
-        tool_choice: match &p["tool_choice"] {
-            Value::String(s) if s == "none" => ToolChoiceMode::None,
-            Value::String(s) if s == "required" => ToolChoiceMode::Required,
-            Value::Object(named) => {
-                ToolChoiceMode::Named(named["function"]["name"].as_str().unwrap().to_owned())
-            }
-            _ => ToolChoiceMode::Auto,
-        },
-        parallel_tool_calls: p["parallel_tool_calls"].as_bool().unwrap(),
-        continuous_usage: false,
-        user_stop_ids: Vec::new(),
-        annotation_events: Vec::new(),
-        extra_fields: Vec::new(),
-    }
-}
-
-/// The frames the reference engine sent for this fixture, as JSON bytes.
-fn frames_of(fixture: &Value) -> Vec<Vec<u8>> {
-    let engine = &fixture["engine"];
-    let mut ids = encode(engine["text"].as_str().unwrap());
-    let mut frames = Vec::new();
-    match engine["kind"].as_str().unwrap() {
-        "mocker_replay" => {
-            if engine["eos"].as_bool().unwrap() {
-                ids.push(EOS);
-            }
-            let prompt = fixture["plan"]["prompt_tokens"].as_u64().unwrap();
-            let usage = |completion: usize| {
-                json!({"prompt_tokens": prompt, "completion_tokens": completion,
-                       "total_tokens": prompt + completion as u64,
-                       "prompt_tokens_details": {"audio_tokens": null,
-                                                 "cached_tokens": engine["cached_tokens"]}})
-            };
-            for (i, id) in ids.iter().enumerate() {
-                let mut frame = json!({"token_ids": [id], "tokens": null, "text": null,
-                                       "finish_reason": null, "index": null});
-                if i == 0 {
-                    frame["completion_usage"] = usage(1);
-                }
-                frames.push(frame);
-            }
-            frames.push(json!({"token_ids": [], "finish_reason": "length",
-                               "completion_usage": usage(ids.len())}));
-        }
-        "spy" => {
-            let full = ids.len();
-            if let Some(max) = engine["max_tokens"].as_u64() {
-                ids.truncate(max as usize);
-            }
-            let fail_after = engine["fail_after"].as_u64().map(|n| n as usize);
-            for (i, id) in ids.iter().enumerate() {
-                if fail_after == Some(i) {
-                    frames.push(json!({"event": "error",
-                                       "comment": [format!("spy engine failure after {i} tokens")]}));
-                    return frames.iter().map(|f| f.to_string().into_bytes()).collect();
-                }
-                frames.push(json!({"token_ids": [id]}));
-            }
-            frames.push(if ids.len() < full {
-                json!({"token_ids": [], "finish_reason": "length"})
-            } else {
-                json!({"token_ids": [EOS], "finish_reason": "stop"})
-            });
-        }
-        other => panic!("unknown engine kind {other}"),
-    }
-    frames.iter().map(|f| f.to_string().into_bytes()).collect()
-}
-
-/// Replace `cmpl-`/`chatcmpl-`/`call-` uuids and `created` values with placeholders.
-fn normalize(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    loop {
-        let next = ["cmpl-", "call-", "\"created\":"]
-            .iter()
-            .filter_map(|m| rest.find(m).map(|at| (at, *m)))
-            .min();
-        let Some((at, marker)) = next else {
-            out.push_str(rest);
-            return out;
-        };
-        out.push_str(&rest[..at + marker.len()]);
-        rest = &rest[at + marker.len()..];
-        if marker.starts_with('"') {
-            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-            out.push_str("<created>");
-            rest = &rest[digits..];
-        } else {
-            let is_uuid = rest.len() >= 36
-                && rest.as_bytes()[..36]
-                    .iter()
-                    .all(|b| b.is_ascii_hexdigit() || *b == b'-');
-            if is_uuid {
-                out.push_str("<uuid>");
-                rest = &rest[36..];
-            }
-        }
-    }
-}
-
-/// Feed every frame, then close; returns the status and the normalised bytes.
-fn run(fixture: &Value) -> (u16, String) {
-    let mut state = ResponseState::new(plan_of(fixture), tokenizer()).unwrap();
+/// Feed every frame the reference engine sent, then close: the status and the
+/// normalised bytes.
+fn check(name: &str) {
+    let request = read_request(name);
+    let model = request.json()["model"].as_str().unwrap().to_owned();
+    let prepared = request.prepare(preprocessor(&model)).unwrap();
+    let frames = common::replay_frames(name, &prepared.engine_request);
+    let mut state = ResponseState::new(prepared.plan, tokenizer());
     let mut out = Vec::new();
-    let frames = frames_of(fixture);
     for frame in &frames {
         state.feed(frame, &mut out);
         if state.is_finished() {
@@ -210,18 +34,13 @@ fn run(fixture: &Value) -> (u16, String) {
         }
     }
     state.finish(&mut out);
-    (
-        state.status(),
+    let (status, expected) = read_response(name);
+    assert_eq!(state.status(), status, "{name}");
+    assert_eq!(
         normalize(std::str::from_utf8(&out).unwrap()),
-    )
-}
-
-fn check(name: &str) {
-    let fixture = load(name);
-    let (status, got) = run(&fixture);
-    let expected = normalize(fixture["expected"].as_str().unwrap());
-    assert_eq!(status, fixture["status"].as_u64().unwrap() as u16, "{name}");
-    assert_eq!(got, expected, "{name}");
+        normalize(&expected),
+        "{name}"
+    );
 }
 
 macro_rules! captures {
@@ -286,207 +105,6 @@ captures! {
     spy_err_engine_fails_mid_stream => "spy-err-engine-fails-mid-stream",
 }
 
-// --- the decoder on its own -------------------------------------------------
-
-fn decode_all(ids: &[u32], options: DecodeOptions) -> (Vec<String>, bool) {
-    decode_with(Detokenizer::new(tokenizer(), options), ids)
-}
-
-fn decode_with(mut detok: Detokenizer, ids: &[u32]) -> (Vec<String>, bool) {
-    let mut pieces = Vec::new();
-    for &id in ids {
-        let frame = EngineOutput {
-            token_ids: vec![id],
-            ..Default::default()
-        };
-        let mut piece = String::new();
-        let step = detok.step(&frame, &mut piece).unwrap();
-        pieces.push(piece);
-        if step.stopped {
-            return (pieces, true);
-        }
-    }
-    (pieces, false)
-}
-
-fn with_eos(text: &str) -> Vec<u32> {
-    let mut ids = encode(text);
-    ids.push(EOS);
-    ids
-}
-
-fn eos_options() -> DecodeOptions {
-    DecodeOptions {
-        hidden_stop_ids: vec![EOS],
-        ..Default::default()
-    }
-}
-
-#[test]
-fn split_characters_come_out_whole() {
-    let ids = encode("Grüße, 世界! 👋");
-    let (pieces, stopped) = decode_all(&ids, DecodeOptions::default());
-    assert!(!stopped);
-    assert_eq!(pieces.concat(), "Grüße, 世界! 👋");
-    assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')));
-    // The emoji spans several tokens: the first ones release nothing.
-    assert!(pieces.iter().any(String::is_empty), "{pieces:?}");
-}
-
-#[test]
-fn hidden_eos_stops_without_text() {
-    let (pieces, stopped) = decode_all(&with_eos("Hi there"), eos_options());
-    assert!(stopped);
-    assert_eq!(pieces.last().unwrap(), "");
-    assert_eq!(pieces.concat(), "Hi there");
-}
-
-#[test]
-fn special_tokens_kept_unless_skipped() {
-    // BOS is special in this tokenizer; `<think>` is an ordinary added token.
-    let ids = [&[0][..], &encode("<think>a</think>b")].concat();
-    let (kept, _) = decode_all(&ids, DecodeOptions::default());
-    assert_eq!(kept.concat(), "<｜begin▁of▁sentence｜><think>a</think>b");
-    let skip = DecodeOptions {
-        skip_special_tokens: true,
-        ..Default::default()
-    };
-    let (skipped, _) = decode_all(&ids, skip);
-    assert_eq!(skipped.concat(), "<think>a</think>b");
-}
-
-#[test]
-fn stop_string_cuts_the_current_piece_only() {
-    let options = DecodeOptions {
-        stop: vec!["How".into()],
-        ..eos_options()
-    };
-    let (pieces, stopped) = decode_all(&with_eos("Hello there! How can I help?"), options);
-    assert!(stopped);
-    assert_eq!(pieces.concat(), "Hello there! ");
-    assert_eq!(pieces.last().unwrap(), " ");
-}
-
-#[test]
-fn stop_string_spanning_tokens_is_held_back_then_cut() {
-    // "lo th" starts inside "Hello" and ends in " there": "lo" is held until the
-    // match completes, then dropped (Dynamo 1.6.1, as the parity suite shows).
-    let options = DecodeOptions {
-        stop: vec!["lo th".into()],
-        ..eos_options()
-    };
-    let (pieces, stopped) = decode_all(&with_eos("Hello there!"), options);
-    assert!(stopped);
-    assert_eq!(pieces.concat(), "Hel");
-}
-
-#[test]
-fn held_stop_string_start_is_released_when_it_cannot_match() {
-    let options = DecodeOptions {
-        stop: vec!["lo th".into()],
-        ..eos_options()
-    };
-    // "lo" is held after "Hello", released whole once "!" rules the match out.
-    let (pieces, stopped) = decode_all(&with_eos("Hello!"), options.clone());
-    assert!(stopped, "ends on the EOS");
-    assert_eq!(pieces.concat(), "Hello!");
-    // Held text at the EOS is released, not dropped.
-    let (pieces, _) = decode_all(&with_eos("Hello"), options.clone());
-    assert_eq!(pieces.concat(), "Hello");
-    // A stop string kept in the output is never held.
-    let kept = DecodeOptions {
-        include_stop_str_in_output: true,
-        ..options
-    };
-    let (pieces, _) = decode_all(&with_eos("Hello there!"), kept);
-    assert_eq!(pieces.concat(), "Hello th");
-}
-
-#[test]
-fn stop_strings_are_tried_in_list_order() {
-    // Both match in " there"; the first listed wins even though it starts later.
-    let options = DecodeOptions {
-        stop: vec!["ere".into(), "the".into()],
-        ..eos_options()
-    };
-    let (pieces, _) = decode_all(&with_eos("Hello there!"), options);
-    assert_eq!(pieces.concat(), "Hello th");
-}
-
-#[test]
-fn include_stop_str_keeps_the_match() {
-    let options = DecodeOptions {
-        stop: vec!["How".into()],
-        include_stop_str_in_output: true,
-        ..eos_options()
-    };
-    let (pieces, _) = decode_all(&with_eos("Hello there! How can I help?"), options);
-    assert_eq!(pieces.concat(), "Hello there! How");
-}
-
-#[test]
-fn min_tokens_holds_stops_back() {
-    let ids = with_eos("Hello there!");
-    let early_eos = [&[EOS][..], &ids].concat();
-    let options = DecodeOptions {
-        min_tokens: 2,
-        ..eos_options()
-    };
-    let (pieces, stopped) = decode_all(&early_eos, options);
-    assert!(stopped);
-    // Inside min_tokens an EOS is not a stop: Dynamo decodes it like any token.
-    assert_eq!(pieces.concat(), "<｜end▁of▁sentence｜>Hello there!");
-    assert_eq!(pieces.len(), early_eos.len());
-}
-
-#[test]
-fn engine_text_passes_through() {
-    let mut detok = Detokenizer::new(tokenizer(), eos_options());
-    let frame = EngineOutput {
-        token_ids: vec![5, 6],
-        text: Some("given".into()),
-        ..Default::default()
-    };
-    let mut piece = String::new();
-    let step = detok.step(&frame, &mut piece).unwrap();
-    assert_eq!(piece, "given");
-    assert_eq!(step.tokens, 2);
-}
-
-#[test]
-fn byte_table_matches_the_tokenizers_decode() {
-    // Pseudo-random ids over the whole vocabulary (byte tokens, split
-    // characters, added and special tokens) and over the mocker's 1000..2000.
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = |range: u32| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % u64::from(range)) as u32
-    };
-    let vocab = tokenizer().get_vocab_size(true) as u32;
-    let mut runs: Vec<Vec<u32>> = vec![
-        encode("<think>ü</think>Grüße, 世界! 👋 <tool_call>{\"a\": 1}</tool_call>"),
-        (0..400).map(|_| 1000 + next(1000)).collect(),
-        (0..400).map(|_| next(vocab)).collect(),
-    ];
-    runs.push((0..400).map(|_| next(300)).collect());
-    for ids in &runs {
-        for skip_special_tokens in [false, true] {
-            let options = DecodeOptions {
-                skip_special_tokens,
-                ..Default::default()
-            };
-            let fast = decode_with(Detokenizer::new(tokenizer(), options.clone()), ids);
-            let slow = decode_with(Detokenizer::without_table(tokenizer(), options), ids);
-            assert_eq!(
-                fast, slow,
-                "skip_special_tokens={skip_special_tokens} ids={ids:?}"
-            );
-        }
-    }
-}
-
 #[test]
 fn normalize_replaces_ids_and_created() {
     assert_eq!(
@@ -499,19 +117,43 @@ fn normalize_replaces_ids_and_created() {
 
 // --- behaviour the captures do not cover --------------------------------------
 
-fn plan(surface: Surface, stream: bool) -> ResponsePlan {
-    let fixture = json!({"plan": {
-        "surface": if surface == Surface::Chat { "chat" } else { "completions" },
-        "model": "m", "stream": stream, "include_usage": false, "n": 1, "prompt_tokens": 3,
-        "logprobs": false, "stop": [], "min_tokens": null, "max_tokens": null,
-        "reasoning_parser": null, "tool_call_parser": null, "tools": null,
-        "tool_choice": "auto", "parallel_tool_calls": true}});
-    plan_of(&fixture)
+/// The reference model with deepseek_r1 + hermes, and the same model with only a
+/// tool-call parser (text stays content unless a request carries tools).
+fn reasoning_model() -> &'static Preprocessor {
+    preprocessor("m")
+}
+
+fn plain_model() -> &'static Preprocessor {
+    static PRE: OnceLock<Preprocessor> = OnceLock::new();
+    PRE.get_or_init(|| {
+        let card = ModelCard::from_dir(model_dir(), Some("m"), None, Some("hermes")).unwrap();
+        Preprocessor::new(card).unwrap()
+    })
+}
+
+/// A chat request (one user message, then `extra`'s fields) through `model`.
+fn chat(model: &Preprocessor, extra: Value) -> ResponsePlan {
+    let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    model.chat(body.to_string().as_bytes(), "rid").unwrap().plan
+}
+
+fn completion(extra: Value) -> ResponsePlan {
+    let mut body = json!({"model": "m", "prompt": "Hi"});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    plain_model()
+        .completions(body.to_string().as_bytes(), "rid")
+        .unwrap()
+        .plan
 }
 
 /// Feed JSON frames and close; returns the SSE data payloads (or the unary body).
 fn drive(plan: ResponsePlan, frames: &[Value]) -> (u16, Vec<String>) {
-    let mut state = ResponseState::new(plan, tokenizer()).unwrap();
+    let mut state = ResponseState::new(plan, tokenizer());
     let mut out = Vec::new();
     for frame in frames {
         state.feed(frame.to_string().as_bytes(), &mut out);
@@ -536,8 +178,7 @@ fn token(text: &str) -> u32 {
 
 #[test]
 fn chat_logprobs_from_the_engine() {
-    let mut plan = plan(Surface::Chat, true);
-    plan.logprobs = true;
+    let plan = chat(plain_model(), json!({"stream": true, "logprobs": true}));
     let (hi, there) = (token("Hi"), token(" there"));
     let frames = [
         json!({"token_ids": [hi], "log_probs": [-0.5],
@@ -562,8 +203,7 @@ fn chat_logprobs_from_the_engine() {
 
 #[test]
 fn completions_logprobs_from_the_engine() {
-    let mut plan = plan(Surface::Completions, false);
-    plan.logprobs = true;
+    let plan = completion(json!({"logprobs": 1}));
     let (hi, there) = (token("Hi"), token(" there"));
     let frames = [
         json!({"token_ids": [hi, there], "log_probs": [-0.5, -20000.0],
@@ -586,7 +226,7 @@ fn completions_logprobs_from_the_engine() {
 
 #[test]
 fn choices_follow_the_engine_index() {
-    let plan = plan(Surface::Chat, false);
+    let plan = chat(plain_model(), json!({}));
     let (a, b) = (token("A"), token("B"));
     let frames = [
         json!({"token_ids": [a], "index": 0}),
@@ -614,7 +254,7 @@ fn text_and_finish_in_one_frame_share_a_chunk() {
         json!({"token_ids": [there], "finish_reason": "length"}),
         json!({"token_ids": [hi]}),
     ];
-    let (_, events) = drive(plan(Surface::Chat, true), &frames);
+    let (_, events) = drive(chat(plain_model(), json!({"stream": true})), &frames);
     assert_eq!(events.len(), 3, "{events:?}");
     let first: Value = serde_json::from_str(&events[0]).unwrap();
     assert_eq!(
@@ -629,9 +269,8 @@ fn text_and_finish_in_one_frame_share_a_chunk() {
 
 #[test]
 fn malformed_frame_is_an_engine_error() {
-    let mut plan = plan(Surface::Completions, true);
-    plan.include_usage = true;
-    let mut state = ResponseState::new(plan, tokenizer()).unwrap();
+    let plan = completion(json!({"stream": true, "stream_options": {"include_usage": true}}));
+    let mut state = ResponseState::new(plan, tokenizer());
     let mut out = Vec::new();
     state.feed(
         json!({"token_ids": [token("Hi")]}).to_string().as_bytes(),
@@ -657,7 +296,7 @@ fn malformed_frame_is_an_engine_error() {
 #[test]
 fn engine_error_before_any_token_fails_unary_with_500() {
     let frames = [json!({"token_ids": [], "finish_reason": {"error": "out of memory"}})];
-    let (status, body) = drive(plan(Surface::Chat, false), &frames);
+    let (status, body) = drive(chat(plain_model(), json!({})), &frames);
     assert_eq!(status, 500);
     assert_eq!(
         body[0],
@@ -671,14 +310,14 @@ fn engine_client_errors_keep_their_status() {
     let message = "`max_output_tokens` (or `max_tokens`) is required by the mocker worker";
     let error = json!({"event": "error",
                        "comment": [json!({"message": message, "code": 400}).to_string()]});
-    let (status, body) = drive(plan(Surface::Chat, false), std::slice::from_ref(&error));
+    let (status, body) = drive(chat(plain_model(), json!({})), std::slice::from_ref(&error));
     assert_eq!(status, 400);
     // The body of chat-unary-no-max-tokens.http, verbatim.
     assert_eq!(
         body[0],
         r#"{"message":"`max_output_tokens` (or `max_tokens`) is required by the mocker worker","type":"Bad Request","code":400}"#
     );
-    let (status, events) = drive(plan(Surface::Chat, true), &[error]);
+    let (status, events) = drive(chat(plain_model(), json!({"stream": true})), &[error]);
     assert_eq!(status, 200);
     assert_eq!(
         events,
@@ -696,8 +335,7 @@ fn logprob_tokens_are_the_decoders_pieces() {
     // its log-prob entry is the empty string (bytes null), as in Dynamo.
     let ids = encode("👋");
     assert!(ids.len() > 1, "{ids:?}");
-    let mut plan = plan(Surface::Chat, false);
-    plan.logprobs = true;
+    let plan = chat(plain_model(), json!({"logprobs": true}));
     let frames = [
         json!({"token_ids": ids, "log_probs": vec![-1.0; ids.len()]}),
         json!({"token_ids": [EOS], "finish_reason": "stop"}),
@@ -718,9 +356,11 @@ fn logprob_tokens_are_the_decoders_pieces() {
 
 #[test]
 fn annotation_events_lead_the_stream() {
-    let mut plan = plan(Surface::Chat, true);
-    plan.annotation_events = vec![("request_id".into(), "\"abc\"".into())];
-    let mut state = ResponseState::new(plan, tokenizer()).unwrap();
+    let plan = chat(
+        plain_model(),
+        json!({"stream": true, "nvext": {"annotations": ["request_id", "output_replay_id:x:0"]}}),
+    );
+    let mut state = ResponseState::new(plan, tokenizer());
     let mut out = Vec::new();
     state.feed(
         json!({"token_ids": [token("Hi")]}).to_string().as_bytes(),
@@ -729,7 +369,7 @@ fn annotation_events_lead_the_stream() {
     state.finish(&mut out);
     let text = String::from_utf8(out).unwrap();
     assert!(
-        text.starts_with("event: request_id\n: \"abc\"\n\ndata: {"),
+        text.starts_with("event: request_id\n: \"rid\"\n\ndata: {"),
         "{text}"
     );
     assert_eq!(text.matches("event: ").count(), 1);
@@ -737,8 +377,10 @@ fn annotation_events_lead_the_stream() {
 
 #[test]
 fn continuous_usage_rides_on_every_chunk() {
-    let mut plan = plan(Surface::Chat, true);
-    plan.continuous_usage = true;
+    let plan = chat(
+        plain_model(),
+        json!({"stream": true, "stream_options": {"continuous_usage_stats": true}}),
+    );
     let frames = [
         json!({"token_ids": [token("Hi")]}),
         json!({"token_ids": [token(" there")]}),
@@ -754,12 +396,11 @@ fn continuous_usage_rides_on_every_chunk() {
 
 #[test]
 fn parallel_tool_calls_false_keeps_the_first_call() {
-    let mut plan = plan(Surface::Chat, false);
-    plan.tool_call_parser = Some("hermes".into());
-    plan.tools = Arc::new(
-        Tools::from_value(&json!([{"type": "function", "function": {"name": "f"}}])).unwrap(),
+    let plan = chat(
+        plain_model(),
+        json!({"tools": [{"type": "function", "function": {"name": "f"}}],
+               "parallel_tool_calls": false}),
     );
-    plan.parallel_tool_calls = false;
     let text = r#"<tool_call>{"name": "f", "arguments": {}}</tool_call><tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>"#;
     let frames: Vec<Value> = encode(text)
         .into_iter()
@@ -776,38 +417,16 @@ fn parallel_tool_calls_false_keeps_the_first_call() {
     assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
 }
 
-#[test]
-fn held_stop_string_start_is_released_when_the_engine_ends() {
-    let options = DecodeOptions {
-        stop: vec!["lo th".into()],
-        ..eos_options()
-    };
-    let mut detok = Detokenizer::new(tokenizer(), options);
-    let ids = encode("Hello");
-    let mut text = String::new();
-    for (i, &id) in ids.iter().enumerate() {
-        let frame = EngineOutput {
-            token_ids: vec![id],
-            finish_reason: (i + 1 == ids.len()).then_some(FinishReason::Length),
-            ..Default::default()
-        };
-        let step = detok.step(&frame, &mut text).unwrap();
-        assert!(!step.stopped);
-    }
-    assert_eq!(text, "Hello");
-}
-
+/// A chat request to the deepseek_r1 + hermes model, with the weather tool or none.
 fn chat_plan(stream: bool, tool_choice: Value, with_tools: bool) -> ResponsePlan {
     let tools = json!([{"type": "function", "function": {"name": "get_weather",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
-    let fixture = json!({"plan": {
-        "surface": "chat", "model": "m", "stream": stream, "include_usage": false, "n": 1,
-        "prompt_tokens": 3, "logprobs": false, "stop": [], "min_tokens": null,
-        "max_tokens": null, "reasoning_parser": "deepseek_r1",
-        "tool_call_parser": if with_tools { json!("hermes") } else { Value::Null },
-        "tools": if with_tools { tools } else { Value::Null },
-        "tool_choice": tool_choice, "parallel_tool_calls": true}});
-    plan_of(&fixture)
+    let extra = if with_tools {
+        json!({"stream": stream, "tools": tools, "tool_choice": tool_choice})
+    } else {
+        json!({"stream": stream})
+    };
+    chat(reasoning_model(), extra)
 }
 
 fn token_frames(text: &str) -> Vec<Value> {
@@ -837,9 +456,11 @@ fn forced_tool_choice_streams_the_calls_with_the_finish() {
     }
     // `auto` still sends each call as soon as it is parsed, then a closing chunk.
     let (_, events) = drive(chat_plan(true, json!("auto"), true), &token_frames(text));
-    assert!(events[events.len() - 2].ends_with(
-        r#""delta":{},"finish_reason":"tool_calls","logprobs":null}],"created":1796215889,"model":"m","object":"chat.completion.chunk"}"#
-    ));
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(
+        last["choices"][0],
+        json!({"index": 0, "delta": {}, "finish_reason": "tool_calls", "logprobs": null})
+    );
 }
 
 #[test]

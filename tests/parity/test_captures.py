@@ -7,33 +7,24 @@ from pathlib import Path
 
 import pytest
 
+from captures import CACHE_HIT, CAPTURES, read_request, read_response
 from shakedown.parity import Case, Response, normalized_lines, parse_endpoint
 from shakedown.parity.cases import Request
 from shakedown.parity.client import fetch
 
 from .conftest import Dynamo
 
-CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "pipeline" / "captures"
-# Prefix caching was on while capturing (the suite turns it off), so hits may differ.
-CACHE_HIT = "usage.prompt_tokens_details.cached_tokens"
-
 
 def load_request(path: Path) -> Request:
-    head, _, body = path.read_bytes().partition(b"\n\n")
-    lines = head.decode().splitlines()
-    method, target = lines[0].split(" ", 1)
-    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-    body = body.split(b"\n", 1)[0]
-    case = Case(name=path.stem, path=target, method=method)
-    return Request(case, "unary", method, target, headers, body or None)
+    captured = read_request(path.stem)
+    case = Case(name=path.stem, path=captured.path, method=captured.method)
+    body = captured.body or None
+    return Request(case, "unary", captured.method, captured.path, captured.headers, body)
 
 
 def load_response(path: Path) -> Response:
-    raw = path.read_bytes()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-    return Response(int(lines[0].split()[1]), headers, body)
+    captured = read_response(path.stem)
+    return Response(captured.status, captured.headers, captured.body)
 
 
 # Not reproducible by a fresh stack: random mocker output (no replay id), a mocker started

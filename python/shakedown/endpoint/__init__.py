@@ -2,7 +2,7 @@
 
 from .app import EndpointApp
 from .cards import ModelCard, ineligibility, select_card
-from .context import RequestContext
+from .context import EngineContext, RequestContext
 from .local import LocalEndpoint, attach, build_pipeline
 from .registry import Engine, EngineRegistry, Registration
 from .server import LoopbackServer, resolve_port
@@ -10,6 +10,7 @@ from .server import LoopbackServer, resolve_port
 __all__ = [
     "EndpointApp",
     "Engine",
+    "EngineContext",
     "EngineRegistry",
     "LocalEndpoint",
     "LoopbackServer",

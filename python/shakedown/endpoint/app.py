@@ -2,7 +2,7 @@
 
 Everything the client sees is bytes from the pipeline (`Exchange.feed/finish/fail`,
 `models_body`, `error_body`); this module only moves them, decides status codes the
-pipeline can't know (401/404/405/413/415/503), and keeps engines from hurting the host:
+pipeline can't know (401/404/405/408/413/415/503), and keeps engines from hurting the host:
 an engine exception becomes the reference's error, a client disconnect closes the
 engine's generator, and `close()` ends open streams with an error event and [DONE].
 """
@@ -14,9 +14,10 @@ import contextlib
 import hmac
 import logging
 import os
+import sys
 import uuid
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable
+from typing import Any, TypeVar
 
 import orjson
 from granian._granian import RSGIHTTPProtocol as HTTPProtocol
@@ -24,7 +25,17 @@ from granian._granian import RSGIHTTPStreamTransport as StreamTransport
 from granian._granian import RSGIProtocolClosed as ProtocolClosed
 from granian.rsgi import Scope
 
-from shakedown._core import Exchange, Pipeline, RequestError, error_body
+from shakedown._core import (
+    Exchange,
+    Pipeline,
+    RequestError,
+    error_body,
+    is_json_content_type,
+    model_not_ready,
+    payload_too_large,
+    route_not_found,
+    unsupported_media_type,
+)
 
 from .context import RequestContext
 from .frames import engine_frames, log_failure
@@ -40,10 +51,14 @@ SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cach
 ENGINE_ERROR = "Internal server error"
 SHUTTING_DOWN = "Service is shutting down"
 UNAUTHORIZED = "Invalid or missing bearer token"
-UNSUPPORTED_MEDIA = "Expected request with Content-Type application/json"
+BODY_TIMEOUT = "Request body not received within {seconds:g} s"
+DONE = b"data: [DONE]\n\n"
 EMPTY_MODELS = b'{"object":"list","data":[]}'
 LIVE = b'{"status":"live","message":"Service is live"}'
 NOT_LIVE = b'{"status":"shutting_down","message":"Service is shutting down"}'
+
+BODY_READ_TIMEOUT_S = 30.0
+"""A request body must arrive whole within this (408 otherwise); loopback clients need far less."""
 
 _CHAT, _COMPLETIONS, _MODELS, _HEALTH, _LIVE = range(5)
 _ROUTES: dict[str, tuple[str, int]] = {
@@ -62,13 +77,6 @@ def body_limit_bytes() -> int:
     return megabytes * 1024 * 1024
 
 
-def is_json_content_type(value: str) -> bool:
-    """`application/json` or any `*/*+json`, parameters ignored, as axum's Json extractor."""
-    mime = value.split(";", 1)[0].strip().lower()
-    kind, _, subtype = mime.partition("/")
-    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
-
-
 def _request_id(headers: Any) -> str:
     """The deprecated `x-dynamo-request-id` when it is a UUID, else a fresh UUID v4."""
     given = headers.get("x-dynamo-request-id")
@@ -80,6 +88,21 @@ def _request_id(headers: Any) -> str:
     return str(uuid.uuid4())
 
 
+T = TypeVar("T")
+
+if sys.version_info >= (3, 11):
+
+    async def within(seconds: float, awaitable: Awaitable[T]) -> T:
+        """`awaitable`'s result, or TimeoutError after `seconds`."""
+        async with asyncio.timeout(seconds):
+            return await awaitable
+
+else:
+
+    async def within(seconds: float, awaitable: Awaitable[T]) -> T:
+        return await asyncio.wait_for(awaitable, seconds)
+
+
 def engine_failure(err: BaseException) -> tuple[str, int]:
     """What the client is told about an engine exception: its own message and status when
     it carries a 4xx `status` (or `code`) — the request was at fault, as Dynamo reports an
@@ -89,6 +112,13 @@ def engine_failure(err: BaseException) -> tuple[str, int]:
         if isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 500:
             return str(err), status
     return ENGINE_ERROR, 500
+
+
+def log_failed_frame(request_id: str, frame: bytes) -> None:
+    """An engine frame failed its request: an error event, `finish_reason: error`, or a frame
+    the pipeline can't read. The client only gets the reference's generic error."""
+    shown = frame if len(frame) <= 500 else frame[:500] + b"..."
+    log.warning("engine frame failed request %s: %s", request_id, shown.decode(errors="replace"))
 
 
 class _Active:
@@ -137,6 +167,7 @@ class EndpointApp:
         endpoint: str,
         *,
         api_key: str | None = None,
+        body_read_timeout: float = BODY_READ_TIMEOUT_S,
     ) -> None:
         """`api_key`, when set, is the bearer token every request must carry (401 otherwise):
         the validation gates get it, other local processes don't."""
@@ -146,13 +177,10 @@ class EndpointApp:
         self._bearer = None if api_key is None else f"Bearer {api_key}".encode()
         self._unauthorized = error_body(401, UNAUTHORIZED)
         self.body_limit = body_limit_bytes()
+        self.body_read_timeout = body_read_timeout
         self._closing = False
         self._active: set[_Active] = set()
-        self._not_ready = error_body(
-            503,
-            f"Model `{pipeline.served_name}` is not ready to serve requests yet. The deployment "
-            "may still be starting up or is not fully provisioned. Please retry shortly.",
-        )
+        self._not_ready = model_not_ready(pipeline.served_name).body
 
     @property
     def in_flight(self) -> int:
@@ -187,8 +215,7 @@ class EndpointApp:
         path, method = scope.path, scope.method
         route = _ROUTES.get(path)
         if route is None:
-            body = error_body(404, f"Route not found: {method} {path}")
-            proto.response_bytes(404, JSON_HEADERS, body)
+            proto.response_bytes(404, JSON_HEADERS, route_not_found(method, path).body)
             return
         allowed, kind = route
         if method != allowed and not (allowed == "GET" and method == "HEAD"):
@@ -246,16 +273,23 @@ class EndpointApp:
         if self._closing:
             proto.response_bytes(503, JSON_HEADERS, error_body(503, SHUTTING_DOWN))
             return
-        if not is_json_content_type(scope.headers.get("content-type", "")):
-            proto.response_bytes(415, JSON_HEADERS, error_body(415, UNSUPPORTED_MEDIA))
+        if not is_json_content_type(scope.headers.get("content-type")):
+            proto.response_bytes(415, JSON_HEADERS, unsupported_media_type().body)
             return
-        body = await self._read_body(scope, proto)
+        try:
+            body = await within(self.body_read_timeout, self._read_body(scope, proto))
+        except asyncio.TimeoutError:
+            message = BODY_TIMEOUT.format(seconds=self.body_read_timeout)
+            # The rest of the body is never read: the connection can't carry another request.
+            closing = [*JSON_HEADERS, ("connection", "close")]
+            proto.response_bytes(408, closing, error_body(408, message))
+            return
+        except ProtocolClosed:
+            log.info("the client left while sending the body of %s %s", scope.method, scope.path)
+            return
         if body is None:
-            megabytes = self.body_limit // (1024 * 1024)
-            message = (
-                f"Request body exceeds the limit of {megabytes} MB set by DYN_HTTP_BODY_LIMIT_MB"
-            )
-            proto.response_bytes(413, JSON_HEADERS, error_body(413, message))
+            too_large = payload_too_large(self.body_limit // (1024 * 1024))
+            proto.response_bytes(413, JSON_HEADERS, too_large.body)
             return
         request_id = _request_id(scope.headers)
         headers = JSON_HEADERS
@@ -304,18 +338,22 @@ class EndpointApp:
         self, exchange: Exchange, frames: AsyncGenerator[bytes, None], active: _Active
     ) -> tuple[int, bytes]:
         """The status and body to answer with; status 0 when the client has gone."""
+        body = b""
         try:
             try:
                 async for frame in frames:
-                    exchange.feed(frame)
+                    # Unary: only a frame that fails the request writes (its error body).
+                    body += exchange.feed(frame)
                     if active.interrupted:
                         raise asyncio.CancelledError
-                    if exchange.finished:  # a stop string or the length limit: done early
+                    if exchange.finished:  # a stop string, the length limit, an error
+                        if exchange.status != 200:
+                            log_failed_frame(active.context.id, frame)
                         active.context.stop_generating()
                         break
             finally:
                 await frames.aclose()
-            body = exchange.finish()
+            body += exchange.finish()
             return exchange.status, body
         except asyncio.CancelledError:
             if not active.interrupted:
@@ -348,6 +386,9 @@ class EndpointApp:
                     if active.interrupted:
                         raise asyncio.CancelledError
                     if exchange.finished:
+                        # Only a failure ends the stream from a frame ([DONE] after its error).
+                        if out.endswith(DONE):
+                            log_failed_frame(active.context.id, frame)
                         active.context.stop_generating()
                         break
             finally:

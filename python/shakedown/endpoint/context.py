@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
+
+class EngineContext(Protocol):
+    """What an engine may ask of its request's context; the endpoint passes a
+    `RequestContext`, and engines that take any such context type it as this."""
+
+    @property
+    def id(self) -> str: ...
+
+    def is_stopped(self) -> bool: ...
+
 
 class RequestContext:
     """What an engine sees of its request's life: its id and whether to stop.

@@ -32,6 +32,25 @@ def log_failure(message: str, *args: object) -> None:
     log.error(message + "\n%s", *args, text.rstrip())
 
 
+class EngineExit(RuntimeError):
+    """The engine raised KeyboardInterrupt or SystemExit: its request fails, the host lives on.
+
+    asyncio re-raises those two out of the event loop, which would stop the server (or the
+    worker's loop) for every request; the engine's own exception is the `__cause__`."""
+
+
+# What an engine may raise that still only fails its own request.
+ENGINE_ERRORS = (Exception, KeyboardInterrupt, SystemExit)
+
+
+def _as_engine_error(err: BaseException) -> Exception:
+    if isinstance(err, Exception):
+        return err
+    exit_error = EngineExit(f"the engine raised {type(err).__name__}")
+    exit_error.__cause__ = err
+    return exit_error
+
+
 async def _open(
     engine: Any, request: dict[str, Any], context: RequestContext
 ) -> AsyncIterator[dict[str, Any]]:
@@ -50,7 +69,7 @@ async def _close(stream: AsyncIterator[dict[str, Any]] | None) -> None:
         return
     try:
         await aclose()
-    except Exception:
+    except ENGINE_ERRORS:
         log_failure("engine raised while its generator was being closed")
 
 
@@ -62,6 +81,8 @@ async def _local_frames(
         stream = await _open(engine, request, context)
         async for frame in stream:
             yield orjson.dumps(frame)
+    except (KeyboardInterrupt, SystemExit) as err:
+        raise _as_engine_error(err) from err
     finally:
         await _close(stream)
 
@@ -95,8 +116,8 @@ async def _remote_frames(
         except asyncio.CancelledError:
             context.stop_generating()
             raise
-        except Exception as err:
-            deliver(_End(err))
+        except ENGINE_ERRORS as err:
+            deliver(_End(_as_engine_error(err)))
         else:
             deliver(_End(None))
         finally:

@@ -27,18 +27,14 @@ class LocalEndpoint:
         *,
         port: int | None = None,
         api_key: str | None = None,
-        enable_rl: bool = False,
     ) -> None:
         """Built stopped; `start()` binds. `api_key` makes every request need that bearer
-        token. `enable_rl` is Dynamo's switch for its RL routes, which this endpoint
-        doesn't have: it is accepted so worker settings pass through, and only logged."""
+        token."""
         self.card = card
         self.pipeline = pipeline
         self.registry = registry
         self.app = EndpointApp(pipeline, registry, card.endpoint, api_key=api_key)
         self.server = LoopbackServer(self.app, port=port)
-        if enable_rl:
-            log.info("DYN_ENABLE_RL is set; the loopback endpoint serves no RL routes")
 
     @property
     def model(self) -> str:

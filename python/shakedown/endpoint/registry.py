@@ -16,7 +16,14 @@ Engine: TypeAlias = Callable[[dict[str, Any], RequestContext], AsyncIterator[dic
 class Registration(NamedTuple):
     engine: Engine
     loop: asyncio.AbstractEventLoop | None
-    """The loop the engine must run on (the worker's), or None for the endpoint's own."""
+    """The loop the engine runs on (the worker's), or None for the endpoint's own."""
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class EngineRegistry:
@@ -34,11 +41,15 @@ class EngineRegistry:
     def register(
         self, name: str, engine: Engine, *, loop: asyncio.AbstractEventLoop | None = None
     ) -> None:
-        """Serve `engine` under `name`. Pass the worker's running loop as `loop` when the
-        engine uses loop-bound objects (queues, futures, an engine client); each request's
-        generator then runs there and its frames are handed to the endpoint's loop."""
+        """Serve `engine` under `name`, on `loop`: by default the loop running this call, if
+        any, so an engine registered from a worker's coroutine may use that loop's objects
+        (queues, futures, an engine client). Each request's generator then runs there and
+        its frames are handed to the endpoint's loop; registered from plain code, the
+        engine runs on the endpoint's own loop."""
         if not callable(engine):
             raise TypeError(f"engine for {name!r} is not callable: {engine!r}")
+        if loop is None:
+            loop = _running_loop()
         with self._lock:
             self._engines[name] = Registration(engine, loop)
 

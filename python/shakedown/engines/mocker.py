@@ -23,11 +23,12 @@ import logging
 import os
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from shakedown._core import ShakedownError
+from shakedown.endpoint.context import EngineContext
 
 log = logging.getLogger("shakedown.engines.mocker")
 
@@ -38,10 +39,6 @@ MAX_TOKENS_REQUIRED = "`max_output_tokens` (or `max_tokens`) is required by the 
 RANDOM_IDS = (1000, 2000)
 
 ReplayTable = dict[str, list[list[int]]]
-
-
-class Context(Protocol):
-    def is_stopped(self) -> bool: ...
 
 
 class MockerError(ShakedownError, ValueError):
@@ -187,7 +184,7 @@ class Mocker:
         return ids
 
     async def generate(
-        self, request: dict[str, Any], context: Context
+        self, request: dict[str, Any], context: EngineContext
     ) -> AsyncIterator[dict[str, Any]]:
         # Like the reference mocker, before any output and even for a replayed row.
         max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")

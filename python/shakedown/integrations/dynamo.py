@@ -26,19 +26,16 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from shakedown._core import ShakedownError
+from shakedown.endpoint.context import EngineContext
 
 log = logging.getLogger("shakedown.integrations.dynamo")
 
 DEFAULT_ENDPOINT = "dynamo.backend.generate"
 ENDPOINT_ENV = "SHAKEDOWN_DYNAMO_ENDPOINT"
 WAIT_TIMEOUT_S = 30.0
-
-
-class Context(Protocol):
-    def is_stopped(self) -> bool: ...
 
 
 class DynamoEngineError(ShakedownError, RuntimeError):
@@ -148,7 +145,7 @@ class DynamoEngine:
         return client
 
     async def generate(
-        self, request: dict[str, Any], context: Context | None = None
+        self, request: dict[str, Any], context: EngineContext | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield the worker's output dicts; a stopped `context` stops the Dynamo request too."""
         core = dynamo_core()

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from shakedown._core import route_not_found
+
 from ..hosting import ThreadedServer
 from .config import Hold
 from .lifecycle import WorkerValidation
@@ -63,9 +65,7 @@ class HealthApp:
         elif scope.path == "/health":
             status, body = health_response(self.validation)
         else:
-            message = f"Route not found: {scope.method} {scope.path}"
-            status = 404
-            body = orjson.dumps({"message": message, "type": "Not Found", "code": 404})
+            status, body = 404, route_not_found(scope.method, scope.path).body
         if scope.method not in ("GET", "HEAD") and status != 404:
             proto.response_empty(405, [("allow", "GET")])
             return

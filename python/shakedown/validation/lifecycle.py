@@ -117,7 +117,6 @@ def loopback_endpoint(
         registry,
         port=port,
         api_key=api_key,
-        enable_rl=enable_rl,
     )
     return _Loopback(endpoint, registry, card.endpoint)
 

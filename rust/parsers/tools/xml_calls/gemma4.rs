@@ -105,17 +105,20 @@ impl MarkerDriven for Gemma4Parser {
     fn absorb(&mut self, text: &str, sink: &mut CallSink) {
         match self.state {
             State::Text => sink.content(text),
-            State::Head => {
-                self.head.push_str(text);
-                if self.head.len() > HEAD_CAP {
-                    sink.error("Gemma tool call head never reached `{`");
-                    self.state = State::Skip;
-                }
-            }
+            State::Head => self.head.push_str(text),
             State::Body => self.absorb_body(text, sink),
             State::Quoted => self.entry.push_str(text),
             State::Skip => {}
         }
+    }
+
+    fn room(&self) -> Option<usize> {
+        (self.state == State::Head).then(|| HEAD_CAP.saturating_sub(self.head.len()))
+    }
+
+    fn overflow(&mut self, sink: &mut CallSink) {
+        sink.error("Gemma tool call head never reached `{`");
+        self.state = State::Skip;
     }
 
     fn meaning(&self, index: usize) -> &'static str {

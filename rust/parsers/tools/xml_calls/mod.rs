@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use crate::parsers::markers::{Held, MarkerSet, Scan};
+use crate::parsers::markers::{Bounded, Held, MarkerSet, Scan};
 use crate::parsers::{CallSink, ToolParse, Tools};
 
 mod gemma4;
@@ -53,6 +53,16 @@ trait MarkerDriven {
     fn absorb(&mut self, text: &str, sink: &mut CallSink);
 
     fn on_marker(&mut self, marker: Self::Marker, sink: &mut CallSink);
+
+    /// How many more bytes the field read in the current state may take, if it is
+    /// bounded (a name that never ends must not hold the whole output). The state's
+    /// markers must include those its overflow state looks for.
+    fn room(&self) -> Option<usize> {
+        None
+    }
+
+    /// The bounded field passed its bound: give it up and leave the state.
+    fn overflow(&mut self, _sink: &mut CallSink) {}
 }
 
 /// [`ToolParse::feed`] for a [`MarkerDriven`] parser: the held tail and `text` are scanned
@@ -62,7 +72,18 @@ fn feed_at_markers<P: MarkerDriven>(parser: &mut P, text: &str, sink: &mut CallS
     let mut pos = 0;
     while pos < buf.len() {
         let rest = &buf[pos..];
-        match parser.legal().scan(rest) {
+        let scan = match parser.room() {
+            None => parser.legal().scan(rest),
+            Some(room) => match parser.legal().scan_bounded(rest, room) {
+                Bounded::Within(scan) => scan,
+                Bounded::Overflow { at } => {
+                    parser.overflow(sink);
+                    pos += at;
+                    continue;
+                }
+            },
+        };
+        match scan {
             Scan::Found { start, end, marker } => {
                 let marker = parser.meaning(marker);
                 parser.absorb(&rest[..start], sink);

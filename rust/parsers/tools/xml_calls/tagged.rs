@@ -218,13 +218,16 @@ impl Format {
             } else {
                 (self.invoke_close, Role::InvokeClose)
             };
-            let key_ends: Vec<(&'static str, Role)> = self
+            // Name tags also end at the block's end, which `Skip` looks for after a name
+            // overflows (see `MarkerDriven::room`).
+            let mut key_ends: Vec<(&'static str, Role)> = self
                 .key_ends
                 .iter()
                 .map(|(m, t)| (*m, Role::KeyEnd(*t)))
                 .collect();
+            key_ends.push(close);
             let head = match self.invoke_open {
-                Some(_) => Legal::new(&[(self.head_end, Role::HeadEnd)]),
+                Some(_) => Legal::new(&[(self.head_end, Role::HeadEnd), close]),
                 // GLM: the name runs to the first parameter or the end of the call.
                 None => Legal::new(&[(self.param_open, Role::ParamOpen), close]),
             };
@@ -334,20 +337,8 @@ impl MarkerDriven for TaggedParser {
         }
         match self.state {
             State::Text => sink.content(text),
-            State::Head => {
-                self.name.push_str(text);
-                if self.name.len() > NAME_CAP {
-                    sink.error("tool-call name tag never closed");
-                    self.state = State::Skip;
-                }
-            }
-            State::Key => {
-                self.key.push_str(text);
-                if self.key.len() > NAME_CAP {
-                    sink.drop_call("parameter name tag never closed");
-                    self.state = State::Skip;
-                }
-            }
+            State::Head => self.name.push_str(text),
+            State::Key => self.key.push_str(text),
             State::Value if self.streaming_value => self.stream_value(text, sink),
             State::Value => self.value.push_str(text),
             // Whitespace and wrapper text between tags is markup.
@@ -355,12 +346,24 @@ impl MarkerDriven for TaggedParser {
         }
     }
 
-    fn on_marker(&mut self, role: Role, sink: &mut CallSink) {
-        // A name overflow may have changed the state; the marker then means whatever it
-        // means in the new one, if anything.
-        if !self.legal_here().roles.contains(&role) {
-            return;
+    fn room(&self) -> Option<usize> {
+        match self.state {
+            State::Head => Some(NAME_CAP.saturating_sub(self.name.len())),
+            State::Key => Some(NAME_CAP.saturating_sub(self.key.len())),
+            _ => None,
         }
+    }
+
+    fn overflow(&mut self, sink: &mut CallSink) {
+        if self.state == State::Key {
+            sink.drop_call("parameter name tag never closed");
+        } else {
+            sink.error("tool-call name tag never closed");
+        }
+        self.state = State::Skip;
+    }
+
+    fn on_marker(&mut self, role: Role, sink: &mut CallSink) {
         self.state = match (self.state, role) {
             (State::Text, Role::BlockOpen) => {
                 self.calls_in_block = 0;
@@ -376,6 +379,10 @@ impl MarkerDriven for TaggedParser {
                 State::Head
             }
             (State::Head, Role::HeadEnd) => self.begin_call(sink, State::Invoke),
+            (State::Head, Role::BlockClose) if self.format.invoke_open.is_some() => {
+                sink.error("tool-call name tag never closed");
+                State::Text
+            }
             (State::Head, Role::ParamOpen) => self.begin_call(sink, State::Key),
             (State::Head, Role::BlockClose) => match self.begin_call(sink, State::Invoke) {
                 State::Invoke => self.end_call(sink, State::Text),
@@ -387,6 +394,10 @@ impl MarkerDriven for TaggedParser {
             }
             (State::Invoke, Role::InvokeClose) => self.end_call(sink, State::Block),
             (State::Invoke, Role::BlockClose) => self.end_call(sink, State::Text),
+            (State::Key, Role::BlockClose) => {
+                sink.drop_call("parameter name tag never closed");
+                State::Text
+            }
             (State::Key, Role::KeyEnd(typing)) => {
                 self.typing = typing;
                 if self.format.value_open.is_some() {

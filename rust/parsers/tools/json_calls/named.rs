@@ -1,0 +1,234 @@
+//! Calls written as marker-delimited parts: a name (or id, or header), then a bare
+//! arguments object, then the call's end marker (DeepSeek, Kimi, Harmony, Mistral v11).
+
+use super::family::{
+    Family, DS_CALL_BEGIN, DS_CALL_END, DS_SEP, KIMI_CALL_BEGIN, KIMI_CALL_END, MISTRAL_CALLS,
+    MISTRAL_CALL_ID,
+};
+use super::{leading_ws, JsonCalls, State, MAX_NAME};
+use crate::parsers::json::Scanned;
+use crate::parsers::markers::{Bounded, Scan};
+use crate::parsers::CallSink;
+
+impl JsonCalls {
+    /// Between the calls of a section: the next call or the section's end.
+    pub(super) fn section(&mut self, rest: &str) -> Option<usize> {
+        let ws = leading_ws(rest);
+        if ws > 0 {
+            return Some(ws);
+        }
+        let section = self.sets.section.as_ref()?;
+        match section.scan(rest) {
+            Scan::Found {
+                start: 0,
+                end,
+                marker,
+            } => {
+                let marker = section.marker(marker);
+                if marker == DS_CALL_BEGIN || marker == KIMI_CALL_BEGIN {
+                    self.enter_name();
+                } else {
+                    self.state = State::Text;
+                }
+                Some(end)
+            }
+            Scan::Partial { hold_from: 0 } => None,
+            // Anything else ends the section implicitly; it is content again.
+            _ => {
+                self.state = State::Text;
+                Some(0)
+            }
+        }
+    }
+
+    /// A call's name, id or header, bounded by `MAX_NAME`.
+    pub(super) fn name(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
+        let set = self.sets.name_end.as_ref()?;
+        let room = MAX_NAME.saturating_sub(self.name.len());
+        let scan = match set.scan_bounded(rest, room) {
+            Bounded::Within(scan) => scan,
+            Bounded::Overflow { at } => {
+                self.fail("call name too long", sink);
+                return Some(at);
+            }
+        };
+        let (taken, found) = match scan {
+            Scan::Found { start, end, marker } => (start, Some((end, set.marker(marker)))),
+            Scan::Partial { hold_from } => (hold_from, None),
+        };
+        self.name.push_str(&rest[..taken]);
+        let Some((end, marker)) = found else {
+            return (taken > 0).then_some(taken);
+        };
+        if self.sets.spec.skip.contains(&marker) {
+            // The call's markup ended before its name did; `Skip` takes the marker.
+            self.fail("call without arguments", sink);
+            return Some(taken);
+        }
+        match marker {
+            DS_SEP if self.family == Family::DeepseekV3 => self.name.clear(),
+            "\n" if self.name.trim().is_empty() => {}
+            MISTRAL_CALL_ID => std::mem::swap(&mut self.name, &mut self.aside),
+            _ => {
+                if !self.aside.is_empty() {
+                    std::mem::swap(&mut self.name, &mut self.aside);
+                }
+                self.open_named_call(sink);
+            }
+        }
+        Some(end)
+    }
+
+    fn open_named_call(&mut self, sink: &mut CallSink) {
+        let raw = self.name.trim();
+        let (name, id) = match self.family {
+            Family::KimiK2 => {
+                // `functions.NAME:IDX`; the id is kept as the model wrote it.
+                let bare = raw.strip_prefix("functions.").unwrap_or(raw);
+                let name = match bare.rsplit_once(':') {
+                    Some((n, idx)) if idx.bytes().all(|b| b.is_ascii_digit()) => n,
+                    _ => bare,
+                };
+                // A bare counter id (`0`) names no function; with a single tool
+                // declared the call can only be that one.
+                let only_tool = match (self.tools.iter().next(), self.tools.iter().nth(1)) {
+                    (Some(def), None) => Some(def.name.as_str()),
+                    _ => None,
+                };
+                let name = match only_tool {
+                    Some(tool) if name.bytes().all(|b| b.is_ascii_digit()) => tool,
+                    _ => name,
+                };
+                (name, Some(raw.to_owned()))
+            }
+            Family::Harmony => {
+                let recipient = raw
+                    .split(|c: char| c.is_whitespace() || c == '<')
+                    .next()
+                    .unwrap_or("");
+                (
+                    recipient.strip_prefix("functions.").unwrap_or(recipient),
+                    None,
+                )
+            }
+            _ => (raw, None),
+        };
+        if name.is_empty() {
+            self.fail("empty call name", sink);
+            return;
+        }
+        sink.begin_call(name, id);
+        self.args_started = false;
+        self.state = if self.family == Family::DeepseekV3 {
+            State::Fence
+        } else {
+            State::Args
+        };
+    }
+
+    /// DeepSeek V3's code fence before the arguments.
+    pub(super) fn fence(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
+        let bytes = rest.as_bytes();
+        let ws = leading_ws(rest);
+        if ws > 0 {
+            return Some(ws);
+        }
+        if bytes[0] == b'{' {
+            self.state = State::Args;
+            return Some(0);
+        }
+        for fence in ["```json", "```"] {
+            if rest.starts_with(fence) {
+                return Some(fence.len());
+            }
+            if fence.starts_with(rest) {
+                return None;
+            }
+        }
+        self.fail("expected a JSON code block", sink);
+        Some(0)
+    }
+
+    /// A bare arguments object, forwarded verbatim.
+    pub(super) fn args(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
+        let bytes = rest.as_bytes();
+        if !self.args_started {
+            let ws = leading_ws(rest);
+            if ws > 0 {
+                return Some(ws);
+            }
+            if bytes[0] != b'{' {
+                // The call's end marker right away: a call without parameters.
+                if let Some(close) = &self.sets.close {
+                    match close.scan(rest) {
+                        Scan::Found { start: 0, .. } => {
+                            sink.arguments("{}");
+                            sink.end_call();
+                            self.state = State::Close;
+                            return Some(0);
+                        }
+                        Scan::Partial { hold_from: 0 } => return None,
+                        _ => {}
+                    }
+                }
+                self.fail("arguments are not a JSON object", sink);
+                return Some(0);
+            }
+            self.args_started = true;
+            self.args.reset();
+        }
+        match self.args.feed(bytes) {
+            Scanned::More => {
+                sink.arguments(rest);
+                Some(rest.len())
+            }
+            Scanned::Done(n) => {
+                sink.arguments(&rest[..n]);
+                sink.end_call();
+                self.state = if self.sets.close.is_some() {
+                    State::Close
+                } else {
+                    State::Text
+                };
+                Some(n)
+            }
+            Scanned::Invalid(k, why) => {
+                sink.arguments(&rest[..k]);
+                self.fail(why, sink);
+                Some(k)
+            }
+        }
+    }
+
+    /// Markup after a call, or a broken call's rest, up to where parsing resumes.
+    pub(super) fn close_or_skip(&mut self, rest: &str) -> Option<usize> {
+        // The skip markers include the close markers, so markup after a call also ends
+        // at its section's end when the call's own end marker is misspelled or missing.
+        let Some(set) = self.sets.skip.as_ref() else {
+            return Some(rest.len());
+        };
+        let (taken, found) = match set.scan(rest) {
+            Scan::Found { start, end, marker } => (start, Some((end, set.marker(marker)))),
+            Scan::Partial { hold_from } => (hold_from, None),
+        };
+        if self.state == State::Close {
+            // Whitespace and DeepSeek V3's closing fence are the expected markup.
+            let unexpected = rest[..taken].trim_matches(|c: char| c.is_whitespace() || c == '`');
+            self.closing_text |= !unexpected.is_empty();
+        }
+        let Some((end, marker)) = found else {
+            return (taken > 0).then_some(taken);
+        };
+        self.closing_text = false;
+        match marker {
+            // A new Mistral call resynchronises; leave its marker to Text.
+            MISTRAL_CALLS => {
+                self.state = State::Text;
+                return Some(taken);
+            }
+            DS_CALL_END | KIMI_CALL_END => self.state = State::Section,
+            _ => self.state = State::Text,
+        }
+        Some(end)
+    }
+}

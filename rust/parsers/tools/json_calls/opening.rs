@@ -1,0 +1,93 @@
+//! How a call begins: plain text up to an opener, then what follows the opener.
+
+use super::family::Family;
+use super::{leading_ws, JsonCalls, State};
+use crate::parsers::markers::Scan;
+use crate::parsers::CallSink;
+
+impl JsonCalls {
+    /// Plain text: content up to a call opener.
+    pub(super) fn text(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
+        let bytes = rest.as_bytes();
+        if self.boundary {
+            let ws = leading_ws(rest);
+            if ws > 0 {
+                sink.content(&rest[..ws]);
+                return Some(ws);
+            }
+            // `[TOOL_CALLS]` starts with the bare opener `[`: a marker wins.
+            if Some(bytes[0]) == self.sets.spec.bare {
+                match self.sets.text.scan(rest) {
+                    Scan::Partial { hold_from: 0 } => return None,
+                    Scan::Found { start: 0, .. } => {}
+                    _ => {
+                        self.boundary = false;
+                        self.start_tentative();
+                        self.state = State::Open;
+                        return Some(0);
+                    }
+                }
+            }
+            self.boundary = false;
+        }
+        match self.sets.text.scan(rest) {
+            // Content first, so a tentative call's raw text starts at its marker.
+            Scan::Found { start, .. } if start > 0 => {
+                sink.content(&rest[..start]);
+                Some(start)
+            }
+            Scan::Found { end, marker, .. } => {
+                let marker = self.sets.text.marker(marker);
+                if self.sets.spec.text_only.contains(&marker) {
+                    // The opener is the call's first byte: leave it to `Open`.
+                    self.start_tentative();
+                    self.state = State::Open;
+                    return Some(0);
+                }
+                self.on_start(marker);
+                Some(end)
+            }
+            Scan::Partial { hold_from } => {
+                sink.content(&rest[..hold_from]);
+                (hold_from > 0).then_some(hold_from)
+            }
+        }
+    }
+
+    /// After a start marker: what kind of call this is.
+    pub(super) fn open(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
+        let bytes = rest.as_bytes();
+        let ws = leading_ws(rest);
+        if ws > 0 {
+            return Some(ws);
+        }
+        match bytes[0] {
+            b'[' if self.family == Family::Pythonic => {
+                self.py.reset();
+                self.py_text.clear();
+                self.state = State::Python;
+                Some(0)
+            }
+            b'{' if self.family != Family::Pythonic => {
+                self.wrapper.reset();
+                self.in_list = false;
+                self.state = State::Wrapper;
+                Some(0)
+            }
+            b'[' if self.family != Family::Pythonic => {
+                self.in_list = true;
+                self.list_first = true;
+                self.state = State::List;
+                Some(1)
+            }
+            _ if self.family == Family::Mistral && !self.tentative => {
+                self.enter_name();
+                Some(0)
+            }
+            _ => {
+                self.fail("expected `{` or `[` after the call marker", sink);
+                Some(0)
+            }
+        }
+    }
+}
