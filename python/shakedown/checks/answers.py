@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from .client import Response, Stream
+from .client import Client, Response, Stream
 from .results import CheckFailed
 from .schema import schema_problem
 
@@ -199,3 +199,10 @@ def checked_calls(answer: Answer, tools: object, what: str) -> list[dict[str, An
             raise CheckFailed(f"{what}: called {name!r}, which is not among the tools")
         parsed.append(call_arguments(raw, schemas[name], f"{what}: {name}"))
     return parsed
+
+
+def chat_answer(client: Client, body: dict[str, Any], stream: bool, what: str) -> Answer:
+    """Ask ``/chat/completions`` once, unary or streamed, and read the answer."""
+    if stream:
+        return stream_answer(client.stream("/chat/completions", body | {"stream": True}), what)
+    return unary_answer(ok_json(client.post("/chat/completions", body), what), what)

@@ -106,6 +106,9 @@ def withdraw(record: EndpointRecord | None) -> None:
     for path in (token_file.with_suffix(".json"), token_file):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+    # The last worker out leaves no directory behind; one still in use is not empty.
+    with contextlib.suppress(OSError):
+        token_file.parent.rmdir()
 
 
 def _alive(pid: int) -> bool:

@@ -35,6 +35,14 @@ class Verdict:
     cases: tuple[CaseResult, ...] = ()
     metrics: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of_cases(cls, cases: list[CaseResult], prefix: str = "") -> Verdict:
+        """Passed when no case failed; the reason lists the failures, else every case."""
+        failed = [c for c in cases if c.outcome == "failed"]
+        if failed:
+            return cls(False, "; ".join(c.reason for c in failed), tuple(cases))
+        return cls(True, prefix + "; ".join(c.reason for c in cases), tuple(cases))
+
 
 @dataclass(frozen=True)
 class CheckResult:

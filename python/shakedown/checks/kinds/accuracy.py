@@ -228,6 +228,9 @@ def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
     for row, (problem, took) in run_bounded(rows, work, options.concurrency, decided):
         results.append((row, problem, took))
         ctx.update(len(results), len(rows), decision().passed)
+    # Rows finish in any order; report them in the dataset's, so groups and misses are stable.
+    position = {id(row): index for index, row in enumerate(rows)}
+    results.sort(key=lambda result: position[id(result[0])])
     final = decision()
     passed_verdict = bool(final.verdict)
     rate = final.passed / final.done if final.done else 0.0

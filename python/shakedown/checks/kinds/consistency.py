@@ -56,13 +56,8 @@ def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
         except CheckFailed as exc:
             cases.append(CaseResult(name, "failed", time.monotonic() - start, str(exc)))
         ctx.update(number, len(pairs), sum(c.outcome == "passed" for c in cases))
-    failed = [c for c in cases if c.outcome == "failed"]
     mode = "byte-equal" if deterministic else "structurally equal"
-    if failed:
-        return Verdict(False, "; ".join(c.reason for c in failed), tuple(cases))
-    return Verdict(
-        True, f"stream and unary {mode}: " + "; ".join(c.reason for c in cases), tuple(cases)
-    )
+    return Verdict.of_cases(cases, prefix=f"stream and unary {mode}: ")
 
 
 def compare_pair(ctx: RunContext, name: str, body: dict[str, Any], deterministic: bool) -> str:

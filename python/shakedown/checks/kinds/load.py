@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..answers import Answer, ok_json, stream_answer, unary_answer
+from ..answers import chat_answer, stream_answer
 from ..context import RunContext, run_bounded
 from ..results import CheckFailed, Verdict
 from ..stats import percentile
@@ -67,12 +67,6 @@ class LatencyOptions:
             raise ValueError("min_goodput needs slo_ttft_ms, slo_itl_ms or both")
 
 
-def _send(ctx: RunContext, body: dict[str, Any], stream: bool, what: str) -> Answer:
-    if stream:
-        return stream_answer(ctx.client.stream("/chat/completions", body | {"stream": True}), what)
-    return unary_answer(ok_json(ctx.client.post("/chat/completions", body), what), what)
-
-
 def run_warmup(ctx: RunContext, spec: CheckSpec) -> Verdict:
     options: WarmupOptions = spec.options
     errors: list[str] = []
@@ -85,7 +79,7 @@ def run_warmup(ctx: RunContext, spec: CheckSpec) -> Verdict:
             messages=[{"role": "user", "content": prompt_of(tokens, number)}],
         )
         try:
-            _send(ctx, body, options.stream, f"warm-up request {number}")
+            chat_answer(ctx.client, body, options.stream, f"warm-up request {number}")
         except (CheckFailed, OSError, ValueError) as exc:
             return str(exc)
         return None

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..answers import Answer, ok_json, stream_answer, unary_answer
+from ..answers import Answer, chat_answer
 from ..context import SEA_PROMPT, RunContext
 from ..results import CaseResult, CheckFailed, Verdict
 from ..suite import CheckSpec
@@ -43,22 +43,13 @@ def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
             name = f"{half}/{side}"
             start = time.monotonic()
             try:
-                answer = _answer(ctx, body, side, name)
+                answer = chat_answer(ctx.client, body, side == "stream", name)
                 reason = judge(answer, thinking, options.leak_markers, name)
                 cases.append(CaseResult(name, "passed", time.monotonic() - start, reason))
             except CheckFailed as exc:
                 cases.append(CaseResult(name, "failed", time.monotonic() - start, str(exc)))
             ctx.update(len(cases), total, sum(c.outcome == "passed" for c in cases))
-    failed = [c for c in cases if c.outcome == "failed"]
-    if failed:
-        return Verdict(False, "; ".join(c.reason for c in failed), tuple(cases))
-    return Verdict(True, "; ".join(c.reason for c in cases), tuple(cases))
-
-
-def _answer(ctx: RunContext, body: dict[str, Any], side: str, what: str) -> Answer:
-    if side == "stream":
-        return stream_answer(ctx.client.stream("/chat/completions", body | {"stream": True}), what)
-    return unary_answer(ok_json(ctx.client.post("/chat/completions", body), what), what)
+    return Verdict.of_cases(cases)
 
 
 def judge(answer: Answer, thinking: bool, leak_markers: list[str], what: str) -> str:

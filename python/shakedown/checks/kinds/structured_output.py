@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import orjson
 
-from ..answers import Answer, ok_json, stream_answer, unary_answer
+from ..answers import Answer, chat_answer
 from ..context import RunContext
 from ..results import CaseResult, CheckFailed, Verdict
 from ..schema import schema_problem
@@ -72,22 +72,13 @@ def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
             name = f"{mode}/{side}"
             start = time.monotonic()
             try:
-                answer = _answer(ctx, body, side, name)
+                answer = chat_answer(ctx.client, body, side == "stream", name)
                 reason = judge(answer, mode, options.schema, name)
                 cases.append(CaseResult(name, "passed", time.monotonic() - start, reason))
             except CheckFailed as exc:
                 cases.append(CaseResult(name, "failed", time.monotonic() - start, str(exc)))
             ctx.update(len(cases), total, sum(c.outcome == "passed" for c in cases))
-    failed = [c for c in cases if c.outcome == "failed"]
-    if failed:
-        return Verdict(False, "; ".join(c.reason for c in failed), tuple(cases))
-    return Verdict(True, "; ".join(c.reason for c in cases), tuple(cases))
-
-
-def _answer(ctx: RunContext, body: dict[str, Any], side: str, what: str) -> Answer:
-    if side == "stream":
-        return stream_answer(ctx.client.stream("/chat/completions", body | {"stream": True}), what)
-    return unary_answer(ok_json(ctx.client.post("/chat/completions", body), what), what)
+    return Verdict.of_cases(cases)
 
 
 def judge(answer: Answer, mode: str, schema: dict[str, Any], what: str) -> str:
