@@ -19,6 +19,8 @@ pub struct ChatParser {
     fallback: Option<String>,
     /// Some content other than whitespace, or a call, has been released.
     answered: bool,
+    /// The last `feed` or `finish` passed answer text (not reasoning) to the tool stage.
+    answered_last: bool,
 }
 
 /// Options shared by every way of building a [`ChatParser`] by parser names.
@@ -124,6 +126,7 @@ impl ChatParser {
             staged: Delta::default(),
             fallback,
             answered: false,
+            answered_last: false,
         }
     }
 
@@ -136,10 +139,14 @@ impl ChatParser {
                 self.keep_reasoning();
                 out.reasoning.push_str(&self.staged.reasoning);
                 let content = std::mem::take(&mut self.staged.content);
+                self.answered_last = !content.is_empty();
                 self.content(&content, out);
                 self.staged.content = content;
             }
-            None => self.content(text, out),
+            None => {
+                self.answered_last = !text.is_empty();
+                self.content(text, out);
+            }
         }
     }
 
@@ -151,12 +158,14 @@ impl ChatParser {
 
     /// End of output: everything held is released to `out`.
     pub fn finish(&mut self, out: &mut Delta) {
+        self.answered_last = false;
         if let Some(reasoning) = self.reasoning.as_mut() {
             self.staged.clear();
             reasoning.finish(&mut self.staged);
             self.keep_reasoning();
             out.reasoning.push_str(&self.staged.reasoning);
             let content = std::mem::take(&mut self.staged.content);
+            self.answered_last = !content.is_empty();
             self.content(&content, out);
         }
         if let Some(tools) = self.tools.as_mut() {
@@ -191,6 +200,12 @@ impl ChatParser {
     /// Whether what `out` gained since `content_at` / `calls_at` answers the request.
     fn note_answer(&mut self, out: &Delta, content_at: usize, calls_at: usize) {
         self.answered |= out.calls.len() > calls_at || !out.content[content_at..].trim().is_empty();
+    }
+
+    /// The last `feed` or `finish` released answer text, tool-call markup included
+    /// (as opposed to reasoning, or nothing at all).
+    pub fn answered(&self) -> bool {
+        self.answered_last
     }
 
     pub fn errors(&self) -> &[ParseError] {

@@ -78,7 +78,7 @@ const REASONING: &[ParserInfo] = &[
     ),
     info("kimi_k3", &["kimi-k3"]),
     info("mistral", &[]),
-    info(
+    special(
         "gpt_oss",
         &["gpt-oss", "openai_gptoss", "openai", "harmony"],
     ),
@@ -138,7 +138,7 @@ const TOOL_CALL: &[ParserInfo] = &[
         ],
     ),
     info("llama3_json", &["llama3", "llama4_json", "llama"]),
-    special("mistral", &[]),
+    info("mistral", &[]),
     info("pythonic", &["llama4_pythonic"]),
     info("deepseek_v3", &["deepseekv3", "deepseek-v3", "deepseek_r1"]),
     info(
@@ -173,7 +173,7 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("glm47", &["glm-4.7", "ling3"]),
     special("kimi_k2", &["kimi-k2", "kimi_k25"]),
     special("harmony", &["openai", "gpt-oss", "gpt_oss"]),
-    special("minimax_m2", &["minimax-m2"]),
+    info("minimax_m2", &["minimax-m2"]),
     special("gemma4", &["gemma-4"]),
     info("jamba", &["hunyuan_a13b"]),
     info("phi4", &["phi4_mini_json", "phi-4"]),
@@ -374,8 +374,17 @@ mod tests {
                 .info()
                 .keeps_special_tokens
         );
+        // As Dynamo 1.6.1: mistral's and minimax_m2's markers are decoded as text.
+        for plain in ["hermes", "mistral", "minimax_m2"] {
+            assert!(
+                !ToolCallFamily::resolve(plain)
+                    .unwrap()
+                    .info()
+                    .keeps_special_tokens
+            );
+        }
         assert!(
-            !ToolCallFamily::resolve("hermes")
+            ReasoningFamily::resolve("gpt_oss")
                 .unwrap()
                 .info()
                 .keeps_special_tokens

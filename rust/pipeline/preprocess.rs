@@ -332,7 +332,9 @@ impl Preprocessor {
         request_id: &str,
     ) -> Prepared {
         let stops = Stops::new(engine, &self.card);
-        // A parser that reads special-token markers needs the detokenizer to keep them.
+        // A parser that reads special-token markers needs the detokenizer to keep them;
+        // everything else skips special tokens unless the request says otherwise, as
+        // Dynamo 1.6.1 does.
         let card = &self.card;
         let keeps_special_tokens = reply.surface == Surface::Chat
             && (card
@@ -377,7 +379,7 @@ impl Preprocessor {
             prompt_tokens: token_ids.len() as u32,
             logprobs: engine.logprobs.is_some(),
             decode: DecodeOptions {
-                skip_special_tokens: skip_special_tokens == Some(true),
+                skip_special_tokens: skip_special_tokens != Some(false),
                 hidden_stop_ids: stops.hidden_ids(),
                 stop: stops.strings.unwrap_or_default(),
                 include_stop_str_in_output: engine.ext.include_stop_str_in_output == Some(true),

@@ -11,6 +11,7 @@ mod added;
 mod delimited;
 mod harmony;
 mod muse;
+mod reference;
 
 use delimited::{Delimited, Family};
 
@@ -170,6 +171,17 @@ pub fn build(
         "gpt_oss" => Box::new(harmony::Harmony::new(in_reasoning)),
         "minimax_append_think" => Box::new(AppendThink { started: false }),
         "muse" => Box::new(muse::Muse::new(in_reasoning)),
+        // The families Dynamo runs through its plain `<think>` parser.
+        "deepseek_r1" | "qwen3" | "basic" | "glm45" | "step3" | "nemotron_v3" | "nemotron_deci"
+            if reference_streaming =>
+        {
+            let forced = delimited_family(family).is_some_and(|f| f.forced);
+            Box::new(reference::ReferenceThink::new(
+                "<think>",
+                "</think>",
+                in_reasoning.unwrap_or(forced),
+            ))
+        }
         _ => {
             let config = delimited_family(family).unwrap_or(&BASIC);
             Box::new(Delimited::new(
