@@ -204,7 +204,7 @@ impl ChatParser {
 
     /// The last `feed` or `finish` released answer text, tool-call markup included
     /// (as opposed to reasoning, or nothing at all).
-    pub fn answered(&self) -> bool {
+    pub fn answered_last(&self) -> bool {
         self.answered_last
     }
 

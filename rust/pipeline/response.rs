@@ -318,10 +318,10 @@ impl ResponseState {
         match choice.parser.as_mut() {
             Some(parser) => {
                 parser.feed(&self.piece, &mut self.delta);
-                answered = parser.answered();
+                answered = parser.answered_last();
                 if ending {
                     parser.finish(&mut self.delta);
-                    answered |= parser.answered();
+                    answered |= parser.answered_last();
                 }
             }
             None => self.delta.content.push_str(&self.piece),
