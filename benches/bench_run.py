@@ -61,7 +61,7 @@ def memory_kib(pid: int) -> tuple[int, int]:
 
 
 def run_argv(dyn_site: str, worker: list[str]) -> list[str]:
-    return [*stack._serve_argv(sys.executable, dyn_site), "run", "--", "python", *worker]
+    return [*stack.serve_argv(sys.executable, dyn_site), "run", "--", "python", *worker]
 
 
 def plain_argv(dyn_site: str, worker: list[str]) -> list[str]:

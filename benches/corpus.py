@@ -28,7 +28,122 @@ FORMATS = {
     "deepseek_v3_1": {"tool_call": "deepseek_v3_1"},
     "harmony": {"reasoning": "gpt_oss", "tool_call": "harmony"},
     "deepseek_r1+hermes": {"reasoning": "deepseek_r1", "tool_call": "hermes"},
+    # Families added for coverage: one per format, reasoning where the family has its own.
+    "seed_oss": {"reasoning": "seed_oss", "tool_call": "seed_oss"},
+    "zaya": {"tool_call": "zaya"},
+    "dots": {"tool_call": "dots"},
+    "hunyuan": {"reasoning": "hunyuan", "tool_call": "hunyuan"},
+    "hy_v4": {"tool_call": "hy_v4"},
+    "iquest_q1": {"tool_call": "iquest_q1"},
+    "deepseek_v4_1": {"reasoning": "deepseek_v4_1", "tool_call": "deepseek_v4_1"},
+    "gigachat35": {"tool_call": "gigachat35"},
+    "kimi_k3": {"reasoning": "kimi_k3", "tool_call": "kimi_k3"},
+    "k2_horizon": {"tool_call": "k2_horizon"},
+    "minimax_m3": {"tool_call": "minimax_m3"},
+    "muse": {"reasoning": "muse", "tool_call": "muse"},
+    "minicpm5": {"tool_call": "minicpm5"},
+    "longcat": {"tool_call": "longcat"},
+    "internlm": {"tool_call": "internlm"},
+    "inkling": {"reasoning": "inkling", "tool_call": "inkling"},
+    "cohere_command": {"reasoning": "cohere_command", "tool_call": "cohere_command"},
+    "gigachat3": {"tool_call": "gigachat3"},
+    "lfm2": {"tool_call": "lfm2"},
+    "apertus": {"reasoning": "apertus", "tool_call": "apertus"},
+    "olmo3": {"tool_call": "olmo3"},
+    "functiongemma": {"tool_call": "functiongemma"},
+    "granite_20b_fc": {"tool_call": "granite_20b_fc"},
+    "granite": {"tool_call": "granite"},
+    "xlam": {"tool_call": "xlam"},
+    "plamo3": {"reasoning": "plamo3", "tool_call": "plamo3"},
 }
+
+# Reasoning each family's output opens with (see `output_text`).
+REASONING_SPANS = {
+    "deepseek_r1+hermes": ("<think>", "</think>"),
+    "harmony": ("<|channel|>analysis<|message|>", "<|end|>"),
+    "seed_oss": ("<seed:think>", "</seed:think>"),
+    "hunyuan": ("<think>", "</think>"),
+    "deepseek_v4_1": ("<think>", "</think>"),
+    "kimi_k3": ("<|open|>think<|sep|>", "<|close|>think<|sep|>"),
+    "muse": (" to=self<|message|>", "<|eom|><|start|>assistant to=user<|message|>"),
+    "inkling": ("<|message_model|><|content_thinking|>", "<|end_message|>"),
+    "cohere_command": ("<|START_THINKING|>", "<|END_THINKING|>"),
+    "apertus": ("<|inner_prefix|>", "<|inner_suffix|>"),
+    "plamo3": ("<|plamo:begin_think:plamo|>", "<|plamo:end_think:plamo|>"),
+}
+
+
+def _values() -> list[tuple[str, str]]:
+    """Each argument as an XML-style parameter writes it: strings raw, the rest JSON."""
+    return [
+        (k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in ARGS.items()
+    ]
+
+
+def _tagged(fmt: str, index: int) -> str | None:
+    """A get_weather call in one of the tag-shaped formats."""
+    vals = _values()
+    qwen = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in vals)
+    named = "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in vals)
+    kv = "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in vals)
+    string = lambda k: "true" if isinstance(ARGS[k], str) else "false"  # noqa: E731
+    match fmt:
+        case "seed_oss":
+            return f"<seed:tool_call>\n<function=get_weather>\n{qwen}</function>\n</seed:tool_call>"
+        case "zaya":
+            return f"<zyphra_tool_call>\n<function=get_weather>\n{qwen}</function>\n</zyphra_tool_call>"
+        case "dots":
+            return f'<dots_function_call>\n<invoke name="get_weather">\n{named}</invoke>\n</dots_function_call>'
+        case "hunyuan":
+            return (
+                f"<tool_calls>\n<tool_call>get_weather<tool_sep>\n{kv}</tool_call>\n</tool_calls>"
+            )
+        case "hy_v4":
+            return f"<tool_calls>\n<tool_call>get_weather{kv}</tool_call>\n</tool_calls>"
+        case "iquest_q1":
+            return f"<iquest_tool_call>get_weather\n{kv}</iquest_tool_call>"
+        case "deepseek_v4_1" | "gigachat35":
+            tag, block = (
+                ("｜DSML｜ ", "calls") if fmt == "deepseek_v4_1" else ("｜GCML｜", "tool_calls")
+            )
+            params = "".join(
+                f'<{tag}parameter name="{k}" string="{string(k)}">{v}</{tag}parameter>\n'
+                for k, v in vals
+            )
+            return f'<{tag}{block}>\n<{tag}invoke name="get_weather">\n{params}</{tag}invoke>\n</{tag}{block}>'
+        case "kimi_k3":
+            params = "".join(
+                f'<|open|>argument key="{k}" type="{"string" if isinstance(ARGS[k], str) else "object" if isinstance(ARGS[k], dict) else "integer"}"<|sep|>{v}<|close|>argument<|sep|>'
+                for k, v in vals
+            )
+            return f'<|open|>tools<|sep|><|open|>call tool="get_weather" index="{index}"<|sep|>{params}<|close|>call<|sep|><|close|>tools<|sep|>'
+        case "k2_horizon":
+            params = "".join(
+                f"<ifm|arg_key>{k}</ifm|arg_key><ifm|arg_value>{v}</ifm|arg_value>" for k, v in vals
+            )
+            return f"<ifm|tool_calls><ifm|tool_call>get_weather{params}</ifm|tool_call></ifm|tool_calls>"
+        case "minimax_m3":
+            ns = "]<]minimax[>["
+            params = "".join(f"{ns}<{k}>{v}{ns}</{k}>\n" for k, v in vals)
+            return f'{ns}<tool_call>\n{ns}<invoke name="get_weather">\n{params}{ns}</invoke>\n{ns}</tool_call>'
+        case "muse":
+            params = "".join(f'<atem:parameter name="{k}">{v}</atem:parameter>\n' for k, v in vals)
+            return (
+                "<|start|>assistant to=functions.get_weather<|message|><atem:function_calls>\n"
+                f'<atem:invoke name="get_weather">\n{params}</atem:invoke>\n</atem:function_calls><|eom|>'
+            )
+        case "minicpm5":
+            params = "".join(f'<param name="{k}">{v}</param>' for k, v in vals)
+            return f'<function name="get_weather">{params}</function>'
+        case "functiongemma":
+            e = "<escape>"
+            return (
+                f"<start_function_call>call:get_weather{{city:{e}Zürich{e},days:3,units:{e}metric{e},"
+                f"filters:{{hourly:true,fields:[{e}temp{e},{e}rain{e},{e}wind{e}],"
+                f'note:{e}a {{brace}} "quote"{e}}}}}<end_function_call>'
+            )
+    return None
+
 
 TOOLS = [
     {
@@ -75,16 +190,50 @@ def call_text(fmt: str, index: int) -> str:
             "<|start|>assistant<|channel|>commentary to=functions.get_weather "
             f"<|constrain|>json<|message|>{args}<|call|>"
         )
-    raise ValueError(fmt)
+    obj = f'{{"name": "get_weather", "arguments": {args}}}'
+    match fmt:
+        case "longcat":
+            return f"<longcat_tool_call>{obj}</longcat_tool_call>"
+        case "internlm":
+            return f'<|action_start|><|plugin|>{{"name": "get_weather", "parameters": {args}}}<|action_end|>'
+        case "inkling":
+            return f'<|message_model|><|content_invoke_tool_json|>{{"name": "get_weather", "args": {args}}}<|end_message|>'
+        case "cohere_command":
+            return f'<|START_ACTION|>[{{"tool_call_id": "{index}", "tool_name": "get_weather", "parameters": {args}}}]<|END_ACTION|>'
+        case "gigachat3":
+            return f"<|function_call|>{obj}</s>"
+        case "lfm2":
+            return '<|tool_call_start|>[get_weather(city="Zürich", days=3, units="metric")]<|tool_call_end|>'
+        case "apertus":
+            return f'<|tools_prefix|>[{{"get_weather": {args}}}]<|tools_suffix|>'
+        case "olmo3":
+            return '<function_calls>get_weather(city="Zürich", days=3, filters={"hourly": true})</function_calls>'
+        case "granite_20b_fc":
+            return f"<function_call> {obj}"
+        case "granite":
+            return f"<|tool_call|>[{obj}]"
+        case "xlam":
+            return f"<tool_call>[{obj}]</tool_call>"
+        case "plamo3":
+            return (
+                "<|plamo:begin_tool_requests:plamo|><|plamo:begin_tool_request:plamo|>"
+                "<|plamo:begin_tool_name:plamo|>get_weather<|plamo:end_tool_name:plamo|>"
+                "<|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>"
+                f"{args}<|plamo:end_tool_arguments:plamo|><|plamo:end_tool_request:plamo|>"
+                "<|plamo:end_tool_requests:plamo|>"
+            )
+    tagged = _tagged(fmt, index)
+    if tagged is None:
+        raise ValueError(fmt)
+    return tagged
 
 
 def output_text(fmt: str, size: int) -> str:
     """About `size` bytes: reasoning (where the format has it), then text and calls."""
     parts: list[str] = []
-    if fmt == "deepseek_r1+hermes":
-        parts.append("<think>" + PARAGRAPH * 3 + "</think>")
-    if fmt == "harmony":
-        parts.append("<|channel|>analysis<|message|>" + PARAGRAPH * 3 + "<|end|>")
+    if fmt in REASONING_SPANS:
+        opener, closer = REASONING_SPANS[fmt]
+        parts.append(opener + PARAGRAPH * 3 + closer)
     index = 0
     while sum(len(p.encode()) for p in parts) < size:
         parts.append(PARAGRAPH)

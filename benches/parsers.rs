@@ -23,7 +23,78 @@ const FORMATS: &[(&str, Option<&str>, &str)] = &[
     ("deepseek_v3_1", None, "deepseek_v3_1"),
     ("harmony", Some("gpt_oss"), "harmony"),
     ("deepseek_r1+hermes", Some("deepseek_r1"), "hermes"),
+    // Families added for coverage: one per format, reasoning where the family has its own.
+    ("seed_oss", Some("seed_oss"), "seed_oss"),
+    ("zaya", None, "zaya"),
+    ("dots", None, "dots"),
+    ("hunyuan", Some("hunyuan"), "hunyuan"),
+    ("hy_v4", None, "hy_v4"),
+    ("iquest_q1", None, "iquest_q1"),
+    ("deepseek_v4_1", Some("deepseek_v4_1"), "deepseek_v4_1"),
+    ("gigachat35", None, "gigachat35"),
+    ("kimi_k3", Some("kimi_k3"), "kimi_k3"),
+    ("k2_horizon", None, "k2_horizon"),
+    ("minimax_m3", None, "minimax_m3"),
+    ("muse", Some("muse"), "muse"),
+    ("minicpm5", None, "minicpm5"),
+    ("longcat", None, "longcat"),
+    ("internlm", None, "internlm"),
+    ("inkling", Some("inkling"), "inkling"),
+    ("cohere_command", Some("cohere_command"), "cohere_command"),
+    ("gigachat3", None, "gigachat3"),
+    ("lfm2", None, "lfm2"),
+    ("apertus", Some("apertus"), "apertus"),
+    ("olmo3", None, "olmo3"),
+    ("functiongemma", None, "functiongemma"),
+    ("granite_20b_fc", None, "granite_20b_fc"),
+    ("granite", None, "granite"),
+    ("xlam", None, "xlam"),
+    ("plamo3", Some("plamo3"), "plamo3"),
 ];
+
+/// The arguments as XML-style parameters write them: (key, text, is a string).
+const VALUES: &[(&str, &str, bool)] = &[
+    ("city", "Zürich", true),
+    ("days", "3", false),
+    ("units", "metric", true),
+    (
+        "filters",
+        r#"{"hourly": true, "fields": ["temp", "rain", "wind"], "note": "a {brace} \"quote\""}"#,
+        false,
+    ),
+];
+
+/// Reasoning each family's output opens with.
+const REASONING_SPANS: &[(&str, &str, &str)] = &[
+    ("deepseek_r1+hermes", "<think>", "</think>"),
+    ("harmony", "<|channel|>analysis<|message|>", "<|end|>"),
+    ("seed_oss", "<seed:think>", "</seed:think>"),
+    ("hunyuan", "<think>", "</think>"),
+    ("deepseek_v4_1", "<think>", "</think>"),
+    ("kimi_k3", "<|open|>think<|sep|>", "<|close|>think<|sep|>"),
+    (
+        "muse",
+        " to=self<|message|>",
+        "<|eom|><|start|>assistant to=user<|message|>",
+    ),
+    (
+        "inkling",
+        "<|message_model|><|content_thinking|>",
+        "<|end_message|>",
+    ),
+    ("cohere_command", "<|START_THINKING|>", "<|END_THINKING|>"),
+    ("apertus", "<|inner_prefix|>", "<|inner_suffix|>"),
+    (
+        "plamo3",
+        "<|plamo:begin_think:plamo|>",
+        "<|plamo:end_think:plamo|>",
+    ),
+];
+
+/// Every parameter written by `one(key, text, is_string)`, concatenated.
+fn params(one: impl Fn(&str, &str, bool) -> String) -> String {
+    VALUES.iter().map(|(k, v, s)| one(k, v, *s)).collect()
+}
 
 fn call_text(fmt: &str, index: usize) -> String {
     match fmt {
@@ -47,20 +118,106 @@ fn call_text(fmt: &str, index: usize) -> String {
             "<|start|>assistant<|channel|>commentary to=functions.get_weather \
 <|constrain|>json<|message|>{ARGS}<|call|>"
         ),
+        _ => new_family_call(fmt, index),
+    }
+}
+
+/// A get_weather call in one of the formats added for coverage (`benches/corpus.py` too).
+fn new_family_call(fmt: &str, index: usize) -> String {
+    let obj = format!("{{\"name\": \"get_weather\", \"arguments\": {ARGS}}}");
+    let qwen = params(|k, v, _| format!("<parameter={k}>\n{v}\n</parameter>\n"));
+    let named = params(|k, v, _| format!("<parameter name=\"{k}\">{v}</parameter>\n"));
+    let kv = params(|k, v, _| format!("<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n"));
+    let dsml = |tag: &str| {
+        params(|k, v, s| {
+            format!("<{tag}parameter name=\"{k}\" string=\"{s}\">{v}</{tag}parameter>\n")
+        })
+    };
+    match fmt {
+        "seed_oss" => format!("<seed:tool_call>\n<function=get_weather>\n{qwen}</function>\n</seed:tool_call>"),
+        "zaya" => format!("<zyphra_tool_call>\n<function=get_weather>\n{qwen}</function>\n</zyphra_tool_call>"),
+        "dots" => format!("<dots_function_call>\n<invoke name=\"get_weather\">\n{named}</invoke>\n</dots_function_call>"),
+        "hunyuan" => format!("<tool_calls>\n<tool_call>get_weather<tool_sep>\n{kv}</tool_call>\n</tool_calls>"),
+        "hy_v4" => format!("<tool_calls>\n<tool_call>get_weather{kv}</tool_call>\n</tool_calls>"),
+        "iquest_q1" => format!("<iquest_tool_call>get_weather\n{kv}</iquest_tool_call>"),
+        "deepseek_v4_1" => format!(
+            "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n{}</｜DSML｜ invoke>\n</｜DSML｜ calls>",
+            dsml("｜DSML｜ ")
+        ),
+        "gigachat35" => format!(
+            "<｜GCML｜tool_calls>\n<｜GCML｜invoke name=\"get_weather\">\n{}</｜GCML｜invoke>\n</｜GCML｜tool_calls>",
+            dsml("｜GCML｜")
+        ),
+        "kimi_k3" => {
+            let args = params(|k, v, s| {
+                let ty = match (s, k) {
+                    (true, _) => "string",
+                    (false, "filters") => "object",
+                    _ => "integer",
+                };
+                format!("<|open|>argument key=\"{k}\" type=\"{ty}\"<|sep|>{v}<|close|>argument<|sep|>")
+            });
+            format!("<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"{index}\"<|sep|>{args}<|close|>call<|sep|><|close|>tools<|sep|>")
+        }
+        "k2_horizon" => format!(
+            "<ifm|tool_calls><ifm|tool_call>get_weather{}</ifm|tool_call></ifm|tool_calls>",
+            params(|k, v, _| format!("<ifm|arg_key>{k}</ifm|arg_key><ifm|arg_value>{v}</ifm|arg_value>"))
+        ),
+        "minimax_m3" => {
+            let ns = "]<]minimax[>[";
+            format!(
+                "{ns}<tool_call>\n{ns}<invoke name=\"get_weather\">\n{}{ns}</invoke>\n{ns}</tool_call>",
+                params(|k, v, _| format!("{ns}<{k}>{v}{ns}</{k}>\n"))
+            )
+        }
+        "muse" => format!(
+            "<|start|>assistant to=functions.get_weather<|message|><atem:function_calls>\n\
+<atem:invoke name=\"get_weather\">\n{}</atem:invoke>\n</atem:function_calls><|eom|>",
+            params(|k, v, _| format!("<atem:parameter name=\"{k}\">{v}</atem:parameter>\n"))
+        ),
+        "minicpm5" => format!(
+            "<function name=\"get_weather\">{}</function>",
+            params(|k, v, _| format!("<param name=\"{k}\">{v}</param>"))
+        ),
+        "functiongemma" => "<start_function_call>call:get_weather{city:<escape>Zürich<escape>,days:3,\
+units:<escape>metric<escape>,filters:{hourly:true,fields:[<escape>temp<escape>,<escape>rain<escape>,\
+<escape>wind<escape>],note:<escape>a {brace} \"quote\"<escape>}}<end_function_call>"
+            .to_owned(),
+        "longcat" => format!("<longcat_tool_call>{obj}</longcat_tool_call>"),
+        "internlm" => format!(
+            "<|action_start|><|plugin|>{{\"name\": \"get_weather\", \"parameters\": {ARGS}}}<|action_end|>"
+        ),
+        "inkling" => format!(
+            "<|message_model|><|content_invoke_tool_json|>{{\"name\": \"get_weather\", \"args\": {ARGS}}}<|end_message|>"
+        ),
+        "cohere_command" => format!(
+            "<|START_ACTION|>[{{\"tool_call_id\": \"{index}\", \"tool_name\": \"get_weather\", \"parameters\": {ARGS}}}]<|END_ACTION|>"
+        ),
+        "gigachat3" => format!("<|function_call|>{obj}</s>"),
+        "lfm2" => "<|tool_call_start|>[get_weather(city=\"Zürich\", days=3, units=\"metric\")]<|tool_call_end|>"
+            .to_owned(),
+        "apertus" => format!("<|tools_prefix|>[{{\"get_weather\": {ARGS}}}]<|tools_suffix|>"),
+        "olmo3" => "<function_calls>get_weather(city=\"Zürich\", days=3, filters={\"hourly\": true})</function_calls>"
+            .to_owned(),
+        "granite_20b_fc" => format!("<function_call> {obj}"),
+        "granite" => format!("<|tool_call|>[{obj}]"),
+        "xlam" => format!("<tool_call>[{obj}]</tool_call>"),
+        "plamo3" => format!(
+            "<|plamo:begin_tool_requests:plamo|><|plamo:begin_tool_request:plamo|>\
+<|plamo:begin_tool_name:plamo|>get_weather<|plamo:end_tool_name:plamo|>\
+<|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>{ARGS}\
+<|plamo:end_tool_arguments:plamo|><|plamo:end_tool_request:plamo|><|plamo:end_tool_requests:plamo|>"
+        ),
         other => panic!("no generator for {other}"),
     }
 }
 
 fn output_text(fmt: &str, size: usize) -> String {
     let mut text = String::new();
-    if fmt == "deepseek_r1+hermes" {
-        text.push_str(&format!("<think>{}</think>", PARAGRAPH.repeat(3)));
-    }
-    if fmt == "harmony" {
-        text.push_str(&format!(
-            "<|channel|>analysis<|message|>{}<|end|>",
-            PARAGRAPH.repeat(3)
-        ));
+    if let Some((_, opener, closer)) = REASONING_SPANS.iter().find(|(f, _, _)| *f == fmt) {
+        text.push_str(opener);
+        text.push_str(&PARAGRAPH.repeat(3));
+        text.push_str(closer);
     }
     let mut index = 0;
     while text.len() < size {
@@ -121,6 +278,9 @@ fn main() {
             tools: tools.clone(),
             stream_arguments: true,
             in_reasoning: None,
+            thinking: None,
+            force_nonempty_content: false,
+            dialect: Default::default(),
             reference_streaming: false,
         };
         let mut per_piece = Vec::new();

@@ -20,6 +20,9 @@ class Case:
     tool_call: str | None = None
     tools: list[dict[str, Any]] | None = None
     in_reasoning: bool | None = None
+    thinking: bool | None = None
+    force_nonempty_content: bool = False
+    dialect: str = "dynamo"
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -41,12 +44,18 @@ def load_cases() -> list[Case]:
                     tool_call=pick("tool_call"),
                     tools=pick("tools"),
                     in_reasoning=pick("in_reasoning"),
+                    thinking=pick("thinking"),
+                    force_nonempty_content=bool(pick("force_nonempty_content")),
+                    dialect=pick("dialect") or "dynamo",
                 )
                 case.options = {
                     "reasoning": case.reasoning,
                     "tool_call": case.tool_call,
                     "tools": case.tools,
                     "in_reasoning": case.in_reasoning,
+                    "thinking": case.thinking,
+                    "force_nonempty_content": case.force_nonempty_content,
+                    "dialect": case.dialect,
                 }
                 cases.append(case)
     return cases

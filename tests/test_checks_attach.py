@@ -102,7 +102,7 @@ def test_a_released_worker_leaves_no_record(make: Any, runtime: Path) -> None:
     validation.attach(tiny_card(), tiny_engine())
     report = validation.wait_finished(20)
     assert report is not None and report.status == "released"
-    assert list(runtime.iterdir()) == []
+    assert not runtime.exists()  # the last record out takes its directory along
 
 
 def test_no_record_in_a_directory_others_can_enter(

@@ -85,10 +85,14 @@ def test_a_wrong_tool_call_parser_is_named_with_its_fix() -> None:
         TINY_MODEL, "--reasoning-parser", "deepseek_r1", "--tool-call-parser", "mistral"
     )
     assert code == 1
-    assert (
-        "FAIL  tool calls: the template emits `<tool_call>` but the configured tool-call parser "
-        "is `mistral` (reads no call: the markup stays in content): use `hermes`"
-    ) in lines
+    # The fix names hermes first; other families that also read the markup may follow.
+    assert any(
+        line.startswith(
+            "FAIL  tool calls: the template emits `<tool_call>` but the configured tool-call "
+            "parser is `mistral` (reads no call: the markup stays in content): use `hermes`"
+        )
+        for line in lines
+    )
     assert lines[-1] == "MISMATCH: 1 mismatch(es), 0 warning(s)"
 
 
@@ -115,7 +119,7 @@ def test_a_wrong_reasoning_parser_is_named_with_its_fix() -> None:
 def test_no_parsers_are_suggested_not_failed() -> None:
     code, lines = doctor(TINY_MODEL)
     assert code == 0
-    assert lines[1] == (
+    assert lines[1].startswith(
         "warn  tool calls: the template emits `<tool_call>` but no tool-call parser is set: tool "
         "calls would arrive as content; use `hermes`"
     )
@@ -140,7 +144,7 @@ def test_mistral_style_calls(tmp_path: Path) -> None:
         "the template emits `[TOOL_CALLS]` but the configured tool-call parser is `hermes`"
         in lines[0]
     )
-    assert lines[0].endswith(": use `mistral`")
+    assert ": use `mistral`" in lines[0]
     assert doctor(model, "--tool-call-parser", "mistral") == (
         0, ["ok    tool calls: the template's `[TOOL_CALLS]` reads back through `mistral`",
             "warn  vocabulary: `[TOOL_CALLS]` is not one token of the vocabulary (12 tokens): "
@@ -183,9 +187,8 @@ def test_unknown_parser_and_json_report(tmp_path: Path) -> None:
     report = tmp_path / "doctor.json"
     code, lines = doctor(TINY_MODEL, "--tool-call-parser", "hermes2", "--json", str(report))
     assert code == 1
-    assert lines[0].startswith(
-        "FAIL  parsers: unknown tool-call parser 'hermes2'; valid: deepseek_v3,"
-    )
+    assert lines[0].startswith("FAIL  parsers: unknown tool-call parser 'hermes2'; valid: ")
+    assert " hermes," in lines[0]
     data = json.loads(report.read_text())
     assert data["passed"] is False
     assert data["findings"][0] == {"level": "error", "topic": "parsers", "message": lines[0][15:]}
@@ -221,7 +224,7 @@ def test_a_mismatch_at_attach_holds_the_worker_with_the_fix(
     report = validation.wait_finished(20)
     assert report is not None and report.status == "held"
     assert report.gates == []
-    assert report.reason == (
+    assert report.reason is not None and report.reason.startswith(
         "the configuration is wrong: tool calls: the template emits `<tool_call>` but the "
         "configured tool-call parser is `mistral` (reads no call: the markup stays in content): "
         "use `hermes`"

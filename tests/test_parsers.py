@@ -53,7 +53,10 @@ def streamed(
     }
 
 
-def check(got: dict[str, Any], expect: dict[str, Any], label: str) -> None:
+ID_PREFIX = {"dynamo": "call-", "vllm": "chatcmpl-tool-", "sglang": "call_"}
+
+
+def check(got: dict[str, Any], expect: dict[str, Any], label: str, dialect: str = "dynamo") -> None:
     assert got["content"] == (expect.get("content") or ""), label
     assert got["reasoning_content"] == (expect.get("reasoning_content") or ""), label
     want_calls = expect.get("tool_calls") or []
@@ -63,7 +66,7 @@ def check(got: dict[str, Any], expect: dict[str, Any], label: str) -> None:
         if "id" in want:
             assert got_call["id"] == want["id"], label
         else:
-            assert got_call["id"].startswith("call-"), label
+            assert got_call["id"].startswith(ID_PREFIX[dialect]), label
     if "errors" in expect:
         assert got["errors"] == expect["errors"], label
 
@@ -86,14 +89,24 @@ def parsed(text: str, options: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
 def test_golden_batch(case: Case) -> None:
-    check(message_dict(case), case.expect, case.label)
+    check(message_dict(case), case.expect, case.label, case.dialect)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
 def test_golden_streamed_by_character(case: Case) -> None:
-    check(assembled(case, list(case.text), stream_arguments=False), case.expect, case.label)
+    check(
+        assembled(case, list(case.text), stream_arguments=False),
+        case.expect,
+        case.label,
+        case.dialect,
+    )
     if not case.expect.get("errors"):
-        check(assembled(case, list(case.text), stream_arguments=True), case.expect, case.label)
+        check(
+            assembled(case, list(case.text), stream_arguments=True),
+            case.expect,
+            case.label,
+            case.dialect,
+        )
 
 
 @st.composite
@@ -333,6 +346,31 @@ def test_malformed_call_is_state_not_exception() -> None:
     assert message.tool_calls == []
     assert len(message.errors) == 1 and message.errors[0]["index"] == 0
     json.dumps(message.errors)
+
+
+def test_force_reasoning_is_in_reasoning_under_sglangs_name() -> None:
+    for options in ({"force_reasoning": True}, {"in_reasoning": True}):
+        message = parse("plan</seed:think>Hi", reasoning="seed_oss", **options)
+        assert (message.reasoning_content, message.content) == ("plan", "Hi")
+    # An explicit in_reasoning wins over force_reasoning.
+    message = parse("Hi", reasoning="seed_oss", force_reasoning=True, in_reasoning=False)
+    assert (message.reasoning_content, message.content) == (None, "Hi")
+
+
+def test_thinking_off_through_every_constructor() -> None:
+    text = "<think>plan</think>Hi"
+    assert parse(text, reasoning="deepseek_r1", thinking=False).content == text
+    streamed = ChatParser(reasoning="deepseek_r1", thinking=False)
+    assert (streamed.feed(text).content or "") + (streamed.finish().content or "") == text
+    alone = ReasoningParser("nemotron_v3", force_nonempty_content=True)
+    assert (alone.feed(text).content or "") + (alone.finish().content or "") == text
+
+
+def test_an_unknown_dialect_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="valid dialects: dynamo, vllm, sglang"):
+        ChatParser(tool_call="hermes", dialect="tgi")
+    with pytest.raises(ValueError):
+        parse("x", dialect="")
 
 
 MALFORMED = policy()["cases"]

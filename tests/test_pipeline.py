@@ -145,3 +145,25 @@ def test_engine_failure_mid_stream_ends_with_error_and_done(pipeline: Pipeline) 
     events = closing.split(b"\n\n")
     assert events[-2:] == [b"data: [DONE]", b""]
     assert b"engine exploded" in closing
+
+
+def unary_message(pipeline: Pipeline, extra: dict[str, Any], text: str) -> dict[str, Any]:
+    """A unary chat reply to `text` as the engine's output, with `extra` in the request."""
+    request = {"model": "dsref", "messages": [{"role": "user", "content": "hi"}], **extra}
+    exchange = pipeline.chat(orjson.dumps(request), "r")
+    exchange.feed(orjson.dumps({"token_ids": pipeline.tokenize(text)}))
+    exchange.feed(orjson.dumps({"token_ids": [], "finish_reason": "stop"}))
+    body = json.loads(exchange.finish() or b"{}")
+    message: dict[str, Any] = body["choices"][0]["message"]
+    return message
+
+
+def test_thinking_switched_off_by_the_request_turns_reasoning_off(pipeline: Pipeline) -> None:
+    text = "<think>plan</think>Hello"
+    on = unary_message(pipeline, {}, text)
+    assert (on.get("reasoning_content"), on["content"]) == ("plan", "Hello")
+    off = unary_message(pipeline, {"chat_template_kwargs": {"thinking": False}}, text)
+    assert (off.get("reasoning_content"), off["content"]) == (None, text)
+    # DeepSeek's templates read `thinking`; `enable_thinking` does not switch them.
+    other = unary_message(pipeline, {"chat_template_kwargs": {"enable_thinking": False}}, text)
+    assert other.get("reasoning_content") == "plan"

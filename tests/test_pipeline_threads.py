@@ -88,10 +88,11 @@ def test_threads_sharing_a_pipeline_get_what_one_thread_gets(pipeline: Pipeline)
         assert masked(out) == masked(expected_out)
 
 
-def runs_alongside(work: Callable[[], object], rounds: int = 20) -> bool:
+def runs_alongside(work: Callable[[], object], rounds: int = 200) -> bool:
     """Whether the main thread gets to run while another thread repeats `work`. With
     forced switches off, only `work` letting go of the GIL lets it in; then the other
-    thread stops after the round it is in, else it does every round."""
+    thread stops after the round it is in, else it does every round. Many rounds, because on
+    a loaded machine the main thread may not be scheduled within the first few releases."""
     started, main_ran = threading.Event(), threading.Event()
     done = 0
 

@@ -39,6 +39,8 @@ SPECIAL = [
     "<tools>",
     "</tools>",
 ]
+# Added tokens the parsers read: kept by a decoder that skips special tokens.
+PARSER_MARKERS = {"<think>", "</think>", "<tool_call>", "</tool_call>"}
 BOS, EOS = SPECIAL[0], SPECIAL[1]
 
 SUBJECTS = [
@@ -255,6 +257,11 @@ def build(out: Path) -> None:
     tokenizer.train_from_iterator(corpus(), trainer)
     # Compact but stable JSON: sorted vocab order is the id order the trainer gave.
     tokenizer_json = json.loads(tokenizer.to_str())
+    # The parsers' markers are text, as in real models' tokenizers (Qwen, DeepSeek R1):
+    # a frontend that skips special tokens (Dynamo's default) must still see them.
+    for added in tokenizer_json["added_tokens"]:
+        if added["content"] in PARSER_MARKERS:
+            added["special"] = False
     (out / "tokenizer.json").write_text(
         json.dumps(tokenizer_json, ensure_ascii=False, separators=(",", ":")) + "\n",
         encoding="utf-8",

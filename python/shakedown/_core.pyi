@@ -37,7 +37,16 @@ class Delta:
 
 @final
 class ReasoningParser:
-    def __new__(cls, name: str, *, in_reasoning: bool | None = None) -> ReasoningParser: ...
+    def __new__(
+        cls,
+        name: str,
+        *,
+        in_reasoning: bool | None = None,
+        thinking: bool | None = None,
+        force_reasoning: bool = False,
+        force_nonempty_content: bool = False,
+        dialect: str = "dynamo",
+    ) -> ReasoningParser: ...
     def feed(self, text: str) -> Delta: ...
     def finish(self) -> Delta: ...
 
@@ -49,6 +58,7 @@ class ToolCallParser:
         *,
         tools: list[dict[str, Any]] | None = None,
         stream_arguments: bool = True,
+        dialect: str = "dynamo",
     ) -> ToolCallParser: ...
     def feed(self, text: str) -> Delta: ...
     def finish(self) -> Delta: ...
@@ -65,6 +75,10 @@ class ChatParser:
         tools: list[dict[str, Any]] | None = None,
         stream_arguments: bool = True,
         in_reasoning: bool | None = None,
+        thinking: bool | None = None,
+        force_reasoning: bool = False,
+        force_nonempty_content: bool = False,
+        dialect: str = "dynamo",
     ) -> ChatParser: ...
     def feed(self, text: str) -> Delta: ...
     def finish(self) -> Delta: ...
@@ -100,6 +114,10 @@ def parse(
     tool_call: str | None = None,
     tools: list[dict[str, Any]] | None = None,
     in_reasoning: bool | None = None,
+    thinking: bool | None = None,
+    force_reasoning: bool = False,
+    force_nonempty_content: bool = False,
+    dialect: str = "dynamo",
 ) -> Message: ...
 def reasoning_parsers() -> list[tuple[str, list[str]]]: ...
 def tool_call_parsers() -> list[tuple[str, list[str]]]: ...

@@ -6,6 +6,18 @@ equals ``parse()`` of the whole text, for any chunking.
 
 >>> from shakedown.parsers import ChatParser
 >>> p = ChatParser(reasoning="deepseek_r1", tool_call="hermes")
+
+Per-request options, as the servers take them from ``chat_template_kwargs``:
+``in_reasoning`` (the prompt already opened reasoning; ``force_reasoning=True`` is
+SGLang's name for ``in_reasoning=True``), ``thinking`` (the request switched thinking
+on or off: off turns reasoning parsing off for the families Dynamo gates, Kimi K2.5,
+Nemotron 3, DeepSeek R1/V3/V4 and Gemma 4, and otherwise means output starts outside
+reasoning) and ``force_nonempty_content`` (Nemotron 3's switch, which Dynamo reads as
+reasoning off).
+
+``dialect="dynamo"`` (the default), ``"vllm"`` or ``"sglang"`` reproduces that server
+where they read the same output differently: tool-call ids, values no schema types,
+and whether a request can switch reasoning parsing off (docs/parsers.md, Dialects).
 """
 
 from shakedown._core import (

@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::detach_if_large;
 use super::errors::InvalidTools;
-use crate::parsers::{self, chat::ChatOptions, Tools};
+use crate::parsers::{self, chat::ChatOptions, dialect::Dialect, Tools};
 
 fn none_if_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
@@ -149,11 +150,21 @@ pub struct ReasoningParser {
 #[pymethods]
 impl ReasoningParser {
     #[new]
-    #[pyo3(signature = (name, *, in_reasoning=None))]
-    fn new(name: &str, in_reasoning: Option<bool>) -> PyResult<Self> {
+    #[pyo3(signature = (name, *, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo"))]
+    fn new(
+        name: &str,
+        in_reasoning: Option<bool>,
+        thinking: Option<bool>,
+        force_reasoning: bool,
+        force_nonempty_content: bool,
+        dialect: &str,
+    ) -> PyResult<Self> {
         let options = ChatOptions {
             reasoning: Some(name.to_owned()),
-            in_reasoning,
+            in_reasoning: starts_inside(in_reasoning, force_reasoning),
+            thinking,
+            force_nonempty_content,
+            dialect: dialect_from(dialect)?,
             ..ChatOptions::default()
         };
         Ok(Self {
@@ -179,17 +190,19 @@ pub struct ToolCallParser {
 #[pymethods]
 impl ToolCallParser {
     #[new]
-    #[pyo3(signature = (name, *, tools=None, stream_arguments=true))]
+    #[pyo3(signature = (name, *, tools=None, stream_arguments=true, dialect="dynamo"))]
     fn new(
         py: Python<'_>,
         name: &str,
         tools: Option<&Bound<'_, PyAny>>,
         stream_arguments: bool,
+        dialect: &str,
     ) -> PyResult<Self> {
         let options = ChatOptions {
             tool_call: Some(name.to_owned()),
             tools: tools_from_py(py, tools)?,
             stream_arguments,
+            dialect: dialect_from(dialect)?,
             ..ChatOptions::default()
         };
         Ok(Self {
@@ -220,7 +233,8 @@ pub struct ChatParser {
 #[pymethods]
 impl ChatParser {
     #[new]
-    #[pyo3(signature = (*, reasoning=None, tool_call=None, tools=None, stream_arguments=true, in_reasoning=None))]
+    #[pyo3(signature = (*, reasoning=None, tool_call=None, tools=None, stream_arguments=true, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo"))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         reasoning: Option<&str>,
@@ -228,13 +242,20 @@ impl ChatParser {
         tools: Option<&Bound<'_, PyAny>>,
         stream_arguments: bool,
         in_reasoning: Option<bool>,
+        thinking: Option<bool>,
+        force_reasoning: bool,
+        force_nonempty_content: bool,
+        dialect: &str,
     ) -> PyResult<Self> {
         let options = ChatOptions {
             reasoning: reasoning.map(str::to_owned),
             tool_call: tool_call.map(str::to_owned),
             tools: tools_from_py(py, tools)?,
             stream_arguments,
-            in_reasoning,
+            in_reasoning: starts_inside(in_reasoning, force_reasoning),
+            thinking,
+            force_nonempty_content,
+            dialect: dialect_from(dialect)?,
             reference_streaming: false,
         };
         Ok(Self {
@@ -324,9 +345,21 @@ impl Message {
     }
 }
 
+/// `dynamo` (the default), `vllm` or `sglang`; anything else is a `ValueError`.
+fn dialect_from(name: &str) -> PyResult<Dialect> {
+    name.parse()
+        .map_err(|e: parsers::dialect::UnknownDialect| PyValueError::new_err(e.to_string()))
+}
+
+/// SGLang's `force_reasoning` is `in_reasoning=True` under another name.
+fn starts_inside(in_reasoning: Option<bool>, force_reasoning: bool) -> Option<bool> {
+    in_reasoning.or(force_reasoning.then_some(true))
+}
+
 /// Parse a whole output at once; equal to the concatenation of any streamed run.
 #[pyfunction]
-#[pyo3(signature = (text, *, reasoning=None, tool_call=None, tools=None, in_reasoning=None))]
+#[pyo3(signature = (text, *, reasoning=None, tool_call=None, tools=None, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo"))]
+#[allow(clippy::too_many_arguments)]
 fn parse(
     py: Python<'_>,
     text: &str,
@@ -334,13 +367,20 @@ fn parse(
     tool_call: Option<&str>,
     tools: Option<&Bound<'_, PyAny>>,
     in_reasoning: Option<bool>,
+    thinking: Option<bool>,
+    force_reasoning: bool,
+    force_nonempty_content: bool,
+    dialect: &str,
 ) -> PyResult<Message> {
     let options = ChatOptions {
         reasoning: reasoning.map(str::to_owned),
         tool_call: tool_call.map(str::to_owned),
         tools: tools_from_py(py, tools)?,
         stream_arguments: false,
-        in_reasoning,
+        in_reasoning: starts_inside(in_reasoning, force_reasoning),
+        thinking,
+        force_nonempty_content,
+        dialect: dialect_from(dialect)?,
         reference_streaming: false,
     };
     let spec = options.resolve()?;

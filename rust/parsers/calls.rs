@@ -2,6 +2,7 @@
 //! every format shares: indices, ids, whole-call versus streamed arguments, and
 //! malformed calls recorded as state instead of raised.
 
+use super::dialect::Dialect;
 use super::{CallDelta, Delta};
 
 /// Why a call (or a stretch of text) was not handed out as a call.
@@ -25,6 +26,8 @@ struct OpenCall {
 #[derive(Debug)]
 pub struct CallSink {
     stream_arguments: bool,
+    /// Whose id form new calls get.
+    dialect: Dialect,
     content: String,
     calls: Vec<CallDelta>,
     /// Length of `content` when the first of `calls` was released.
@@ -36,21 +39,20 @@ pub struct CallSink {
 
 /// Dynamo's tool-call id form.
 pub fn new_call_id() -> String {
-    let mut id = String::with_capacity(41);
-    id.push_str("call-");
-    id.push_str(
-        uuid::Uuid::new_v4()
-            .hyphenated()
-            .encode_lower(&mut uuid::Uuid::encode_buffer()),
-    );
-    id
+    Dialect::Dynamo.new_call_id()
 }
 
 impl CallSink {
     /// With `stream_arguments` false, each call is released whole once it ends.
     pub fn new(stream_arguments: bool) -> Self {
+        Self::with_dialect(stream_arguments, Dialect::Dynamo)
+    }
+
+    /// Like [`CallSink::new`], with ids in `dialect`'s form.
+    pub fn with_dialect(stream_arguments: bool, dialect: Dialect) -> Self {
         Self {
             stream_arguments,
+            dialect,
             content: String::new(),
             calls: Vec::new(),
             calls_at: 0,
@@ -78,7 +80,7 @@ impl CallSink {
         }
         let index = self.next_index;
         self.next_index += 1;
-        let id = id.unwrap_or_else(new_call_id);
+        let id = id.unwrap_or_else(|| self.dialect.new_call_id());
         if self.stream_arguments {
             self.release(CallDelta {
                 index,

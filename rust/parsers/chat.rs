@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use super::dialect::Dialect;
+use super::options::{empty_content_gets_reasoning, reasoning_off};
 use super::registry::{ReasoningFamily, ToolCallFamily, UnknownParser};
 use super::{CallSink, Delta, Message, ParseError, ReasoningParse, ToolParse, Tools};
 
@@ -12,6 +14,13 @@ pub struct ChatParser {
     sink: CallSink,
     /// Reasoning stage output, reused across feeds.
     staged: Delta,
+    /// The reasoning so far, kept when an empty reply's content is to get it at the end
+    /// (Nemotron in the vLLM and SGLang dialects).
+    fallback: Option<String>,
+    /// Some content other than whitespace, or a call, has been released.
+    answered: bool,
+    /// The last `feed` or `finish` passed answer text (not reasoning) to the tool stage.
+    answered_last: bool,
 }
 
 /// Options shared by every way of building a [`ChatParser`] by parser names.
@@ -22,6 +31,12 @@ pub struct ChatOptions {
     pub tools: Arc<Tools>,
     pub stream_arguments: bool,
     pub in_reasoning: Option<bool>,
+    /// The request switched thinking on or off (see [`super::options`]).
+    pub thinking: Option<bool>,
+    /// Nemotron's `force_nonempty_content` (see [`super::options`]).
+    pub force_nonempty_content: bool,
+    /// Whose behaviour to reproduce where the servers differ.
+    pub dialect: Dialect,
     /// Reproduce Dynamo 1.6.1's streaming exactly, quirks included: its `<think>`
     /// parsers release a lone `<` that ends a longer piece of content, so the
     /// result then depends on how the text was cut. Only the pipeline sets this,
@@ -46,6 +61,9 @@ impl ChatOptions {
             tools: self.tools.clone(),
             stream_arguments: self.stream_arguments,
             in_reasoning: self.in_reasoning,
+            thinking: self.thinking,
+            force_nonempty_content: self.force_nonempty_content,
+            dialect: self.dialect,
             reference_streaming: self.reference_streaming,
         })
     }
@@ -60,6 +78,9 @@ pub struct ChatParserSpec {
     pub tools: Arc<Tools>,
     pub stream_arguments: bool,
     pub in_reasoning: Option<bool>,
+    pub thinking: Option<bool>,
+    pub force_nonempty_content: bool,
+    pub dialect: Dialect,
     pub reference_streaming: bool,
 }
 
@@ -70,18 +91,42 @@ impl ChatParser {
     }
 
     pub fn from_spec(spec: &ChatParserSpec) -> Self {
-        let tools = spec
-            .tool_call
-            .map(|family| family.build(spec.tools.clone()));
+        let dialect = spec.dialect;
+        let tools = spec.tool_call.map(|family| {
+            let schema_tools = if dialect.untyped_values_are_text() {
+                Arc::new(spec.tools.with_untyped_values_as_text())
+            } else {
+                spec.tools.clone()
+            };
+            family.build(schema_tools)
+        });
         let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
+        let (thinking, nonempty) = (spec.thinking, spec.force_nonempty_content);
+        let fallback = spec
+            .reasoning
+            .filter(|f| {
+                !dialect.gates_reasoning()
+                    && empty_content_gets_reasoning(f.name(), thinking, nonempty)
+            })
+            .map(|_| String::new());
         let reasoning = spec
             .reasoning
-            .map(|family| family.build(spec.in_reasoning, exit_markers, spec.reference_streaming));
+            .filter(|f| !(dialect.gates_reasoning() && reasoning_off(f.name(), thinking, nonempty)))
+            .map(|family| {
+                // Thinking off: the template did not open reasoning.
+                let in_reasoning = spec
+                    .in_reasoning
+                    .or((thinking == Some(false)).then_some(false));
+                family.build(in_reasoning, exit_markers, spec.reference_streaming)
+            });
         Self {
             reasoning,
             tools,
-            sink: CallSink::new(spec.stream_arguments),
+            sink: CallSink::with_dialect(spec.stream_arguments, dialect),
             staged: Delta::default(),
+            fallback,
+            answered: false,
+            answered_last: false,
         }
     }
 
@@ -91,27 +136,49 @@ impl ChatParser {
             Some(reasoning) => {
                 self.staged.clear();
                 reasoning.feed(text, &mut self.staged);
+                self.keep_reasoning();
                 out.reasoning.push_str(&self.staged.reasoning);
                 let content = std::mem::take(&mut self.staged.content);
+                self.answered_last = !content.is_empty();
                 self.content(&content, out);
                 self.staged.content = content;
             }
-            None => self.content(text, out),
+            None => {
+                self.answered_last = !text.is_empty();
+                self.content(text, out);
+            }
+        }
+    }
+
+    fn keep_reasoning(&mut self) {
+        if let Some(kept) = self.fallback.as_mut() {
+            kept.push_str(&self.staged.reasoning);
         }
     }
 
     /// End of output: everything held is released to `out`.
     pub fn finish(&mut self, out: &mut Delta) {
+        self.answered_last = false;
         if let Some(reasoning) = self.reasoning.as_mut() {
             self.staged.clear();
             reasoning.finish(&mut self.staged);
+            self.keep_reasoning();
             out.reasoning.push_str(&self.staged.reasoning);
             let content = std::mem::take(&mut self.staged.content);
+            self.answered_last = !content.is_empty();
             self.content(&content, out);
         }
         if let Some(tools) = self.tools.as_mut() {
+            let (content_at, calls_at) = (out.content.len(), out.calls.len());
             tools.finish(&mut self.sink);
             self.sink.drain_into(out);
+            self.note_answer(out, content_at, calls_at);
+        }
+        // vLLM's streaming fallback: an empty reply repeats its reasoning as content.
+        if let Some(kept) = self.fallback.take() {
+            if !self.answered {
+                out.content.push_str(&kept);
+            }
         }
     }
 
@@ -119,6 +186,7 @@ impl ChatParser {
         if text.is_empty() {
             return;
         }
+        let (content_at, calls_at) = (out.content.len(), out.calls.len());
         match self.tools.as_mut() {
             Some(tools) => {
                 tools.feed(text, &mut self.sink);
@@ -126,6 +194,18 @@ impl ChatParser {
             }
             None => out.content.push_str(text),
         }
+        self.note_answer(out, content_at, calls_at);
+    }
+
+    /// Whether what `out` gained since `content_at` / `calls_at` answers the request.
+    fn note_answer(&mut self, out: &Delta, content_at: usize, calls_at: usize) {
+        self.answered |= out.calls.len() > calls_at || !out.content[content_at..].trim().is_empty();
+    }
+
+    /// The last `feed` or `finish` released answer text, tool-call markup included
+    /// (as opposed to reasoning, or nothing at all).
+    pub fn answered_last(&self) -> bool {
+        self.answered_last
     }
 
     pub fn errors(&self) -> &[ParseError] {

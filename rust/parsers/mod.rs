@@ -7,8 +7,10 @@
 
 pub mod calls;
 pub mod chat;
+pub mod dialect;
 pub mod json;
 pub mod markers;
+pub mod options;
 pub mod reasoning;
 pub mod registry;
 pub mod schema;

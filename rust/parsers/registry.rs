@@ -46,10 +46,30 @@ const REASONING: &[ParserInfo] = &[
             "deepseek_v3_2",
             "deepseek_v32",
             "deepseekv32",
+            "step5",
+            "gigachat35",
+            "holo2",
+            "iquest_q1",
         ],
     ),
     info("deepseek_v4", &["deepseek-v4", "deepseekv4"]),
-    info("qwen3", &["qwen3-thinking", "qwen3_thinking", "interns1"]),
+    info(
+        "qwen3",
+        &[
+            "qwen3-thinking",
+            "qwen3_thinking",
+            "interns1",
+            "qwen3_coder",
+            "dots",
+            "nanbeige",
+            "zaya",
+            "mimo",
+            "poolside_v1",
+            "ripple",
+            "minicpmv",
+            "olmo3",
+        ],
+    ),
     info("glm45", &["glm47", "glm", "glm4"]),
     info("kimi", &[]),
     info(
@@ -58,7 +78,7 @@ const REASONING: &[ParserInfo] = &[
     ),
     info("kimi_k3", &["kimi-k3"]),
     info("mistral", &[]),
-    info(
+    special(
         "gpt_oss",
         &["gpt-oss", "openai_gptoss", "openai", "harmony"],
     ),
@@ -66,7 +86,13 @@ const REASONING: &[ParserInfo] = &[
     info("step3", &["step3p5"]),
     info(
         "nemotron_v3",
-        &["nemotron_nano", "nemotron3", "nemotron_3", "nemotron-v3"],
+        &[
+            "nemotron_nano",
+            "nemotron3",
+            "nemotron_3",
+            "nemotron-v3",
+            "granite_thinking_parser",
+        ],
     ),
     info("nemotron_deci", &[]),
     info("minimax_m2", &["minimax", "minimax-m2"]),
@@ -76,13 +102,44 @@ const REASONING: &[ParserInfo] = &[
     ),
     info("minimax_m3", &["minimax-m3"]),
     info("gemma4", &["gemma-4"]),
+    info("seed_oss", &["seed-oss"]),
+    info("cohere_command", &["cohere_command3", "cohere_command4"]),
+    info("apertus", &["apertus2509"]),
+    info("k2_horizon", &[]),
+    info("plamo3", &[]),
+    info("hunyuan", &["hunyuan_a13b", "hy_v3", "hy_v4"]),
+    info("ling3", &[]),
+    info("ernie45", &[]),
+    info("inkling", &[]),
+    info("muse", &["muse_glimmer", "musespark"]),
+    info(
+        "deepseek_v4_1",
+        &[
+            "deepseek_v41",
+            "deepseekv41",
+            "deepseek-v41",
+            "deepseek-v4.1",
+        ],
+    ),
 ];
 
 const TOOL_CALL: &[ParserInfo] = &[
-    info("hermes", &["qwen25", "qwen", "qwen2_5"]),
+    info(
+        "hermes",
+        &[
+            "qwen25",
+            "qwen",
+            "qwen2_5",
+            "qwen3_json",
+            "ripple",
+            "granite4",
+            "trinity",
+            "ernie45",
+        ],
+    ),
     info("llama3_json", &["llama3", "llama4_json", "llama"]),
-    special("mistral", &[]),
-    info("pythonic", &["llama4_pythonic", "olmo3"]),
+    info("mistral", &[]),
+    info("pythonic", &["llama4_pythonic"]),
     info("deepseek_v3", &["deepseekv3", "deepseek-v3", "deepseek_r1"]),
     info(
         "deepseek_v3_1",
@@ -106,18 +163,59 @@ const TOOL_CALL: &[ParserInfo] = &[
             "nemotron_nano",
             "mimo",
             "step3p5",
+            "step5",
+            "nanbeige",
+            "granite_toolcall_parser",
+            "qwen3",
         ],
     ),
-    info("glm45", &["glm", "glm4"]),
-    info("glm47", &["glm-4.7"]),
+    info("glm45", &["glm", "glm4", "poolside_v1", "spark25"]),
+    info("glm47", &["glm-4.7", "ling3"]),
     special("kimi_k2", &["kimi-k2", "kimi_k25"]),
     special("harmony", &["openai", "gpt-oss", "gpt_oss"]),
-    special("minimax_m2", &["minimax-m2"]),
+    info("minimax_m2", &["minimax-m2"]),
     special("gemma4", &["gemma-4"]),
-    info("jamba", &[]),
+    info("jamba", &["hunyuan_a13b"]),
     info("phi4", &["phi4_mini_json", "phi-4"]),
     info("nemotron_deci", &[]),
     info("step3", &[]),
+    info("seed_oss", &["seed-oss"]),
+    info("zaya", &["zaya_xml"]),
+    info("dots", &[]),
+    info("hunyuan", &["hy_v3"]),
+    info("iquest_q1", &[]),
+    info(
+        "deepseek_v4_1",
+        &[
+            "deepseek_v41",
+            "deepseekv41",
+            "deepseek-v41",
+            "deepseek-v4.1",
+        ],
+    ),
+    info("gigachat35", &[]),
+    info("kimi_k3", &["kimi-k3"]),
+    info("longcat", &[]),
+    info("internlm", &["interns1", "internlm2"]),
+    info("inkling", &[]),
+    info(
+        "minimax_m3",
+        &["minimax-m3", "minimax_m3_nom", "minimax-m3-nom"],
+    ),
+    info("muse", &["muse_glimmer", "musespark"]),
+    info("hy_v4", &[]),
+    info("k2_horizon", &[]),
+    info("cohere_command", &["cohere_command3", "cohere_command4"]),
+    info("gigachat3", &[]),
+    info("lfm2", &[]),
+    info("apertus", &["apertus2509"]),
+    info("olmo3", &[]),
+    info("functiongemma", &["function_gemma"]),
+    info("granite_20b_fc", &["granite-20b-fc"]),
+    info("granite", &["granite3"]),
+    info("xlam", &[]),
+    info("plamo3", &[]),
+    info("minicpm5", &[]),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.
@@ -276,8 +374,17 @@ mod tests {
                 .info()
                 .keeps_special_tokens
         );
+        // As Dynamo 1.6.1: mistral's and minimax_m2's markers are decoded as text.
+        for plain in ["hermes", "mistral", "minimax_m2"] {
+            assert!(
+                !ToolCallFamily::resolve(plain)
+                    .unwrap()
+                    .info()
+                    .keeps_special_tokens
+            );
+        }
         assert!(
-            !ToolCallFamily::resolve("hermes")
+            ReasoningFamily::resolve("gpt_oss")
                 .unwrap()
                 .info()
                 .keeps_special_tokens

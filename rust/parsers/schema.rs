@@ -15,6 +15,9 @@ pub struct ToolDef {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tools {
     defs: Vec<ToolDef>,
+    /// A value no schema types is text (vLLM's and SGLang's reading), not JSON-looking
+    /// JSON (Dynamo's); see [`super::dialect::Dialect::untyped_values_are_text`].
+    untyped_values_are_text: bool,
 }
 
 impl Tools {
@@ -38,7 +41,10 @@ impl Tools {
                     .unwrap_or_else(|| Value::Object(Default::default())),
             });
         }
-        Ok(Self { defs })
+        Ok(Self {
+            defs,
+            untyped_values_are_text: false,
+        })
     }
 
     pub fn from_json(bytes: &[u8]) -> Result<Self, String> {
@@ -106,7 +112,7 @@ fn kind_named(name: &str) -> Option<ValueKind> {
 
 /// The first non-null type a schema allows (`type` string or list, then `anyOf`/`oneOf`),
 /// and whether it also allows null.
-fn schema_type(schema: &Value) -> ParamType {
+pub fn schema_type(schema: &Value) -> ParamType {
     let mut kind = None;
     let mut nullable = schema.get("nullable").and_then(Value::as_bool) == Some(true);
     let mut note = |k: ValueKind| {
@@ -168,8 +174,21 @@ impl ToolDef {
 impl Tools {
     /// The declared type of `tool`'s parameter `param`; `UNKNOWN` for an unknown tool or parameter.
     pub fn param_type(&self, tool: &str, param: &str) -> ParamType {
-        self.get(tool)
-            .map_or(ParamType::UNKNOWN, |def| def.param_type(param))
+        let ty = self
+            .get(tool)
+            .map_or(ParamType::UNKNOWN, |def| def.param_type(param));
+        if ty.kind == ValueKind::Unknown && self.untyped_values_are_text {
+            return ParamType::STRING;
+        }
+        ty
+    }
+
+    /// The same tools, with values no schema types read as text.
+    pub fn with_untyped_values_as_text(&self) -> Self {
+        Self {
+            defs: self.defs.clone(),
+            untyped_values_are_text: true,
+        }
     }
 }
 

@@ -18,7 +18,8 @@ pub struct Usage {
     pub completion_tokens: u32,
     /// From the engine's `prompt_tokens_details`; `None` when it sent none.
     pub cached_tokens: Option<Option<u32>>,
-    pub reasoning_tokens: u32,
+    /// `Some` when a reasoning parser ran (chat only).
+    pub reasoning_tokens: Option<u32>,
 }
 
 /// A chat delta's parts; empty parts are left out.
@@ -220,9 +221,9 @@ fn write_usage(out: &mut Vec<u8>, usage: &Usage, completions: bool) {
         }
         out.push(b'}');
     }
-    if !completions && usage.reasoning_tokens > 0 {
+    if let Some(reasoning_tokens) = usage.reasoning_tokens.filter(|_| !completions) {
         out.extend_from_slice(b",\"completion_tokens_details\":{\"reasoning_tokens\":");
-        write_u64(out, usage.reasoning_tokens.into());
+        write_u64(out, reasoning_tokens.into());
         out.push(b'}');
     }
     out.push(b'}');
@@ -268,8 +269,12 @@ pub fn write_chat_completion(
             }
             out.push(b']');
         }
-        out.extend_from_slice(b",\"role\":\"assistant\",\"reasoning_content\":");
-        write_opt_str(out, Some(choice.reasoning).filter(|r| !r.is_empty()));
+        out.extend_from_slice(b",\"role\":\"assistant\"");
+        // Dynamo leaves the key out when there is no reasoning (no `null`).
+        if !choice.reasoning.is_empty() {
+            out.extend_from_slice(b",\"reasoning_content\":");
+            write_str(out, choice.reasoning);
+        }
         out.extend_from_slice(b"},\"finish_reason\":");
         write_opt_str(out, choice.finish_reason);
         out.extend_from_slice(b",\"logprobs\":");

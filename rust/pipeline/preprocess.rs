@@ -23,6 +23,9 @@ use super::template::ChatTemplate;
 use super::tokens::{self, max_bytes_per_token, min_tokens};
 use super::validate::{parse_chat, parse_completion};
 use crate::parsers::chat::ChatParserSpec;
+use crate::parsers::dialect::Dialect;
+use crate::parsers::options::{force_nonempty_content_from_args, thinking_from_args};
+use crate::parsers::reasoning::prompt_opens_reasoning;
 use crate::parsers::Tools;
 
 /// A request ready for the engine.
@@ -202,10 +205,14 @@ impl Preprocessor {
         }
 
         let tools_active = !tools.is_empty() && tool_choice != ToolChoiceMode::None;
-        let in_reasoning = prompt
-            .as_deref()
-            .is_some_and(|p| p.trim_end().ends_with("<think>"))
+        // The template opened the family's reasoning (`<think>`, `[THINK]`, ...) at the
+        // end of the prompt: the output starts inside it.
+        let reasoning_family = self.card.reasoning_parser.map(|f| f.name());
+        let in_reasoning = reasoning_family
+            .zip(prompt.as_deref())
+            .is_some_and(|(family, p)| prompt_opens_reasoning(family, p))
             .then_some(true);
+        let template_args = request.chat_template_args.as_ref();
         let parsers = ChatParserSpec {
             reasoning: self.card.reasoning_parser,
             tool_call: self.card.tool_call_parser.filter(|_| tools_active),
@@ -216,6 +223,10 @@ impl Preprocessor {
             }),
             stream_arguments: false,
             in_reasoning,
+            thinking: reasoning_family.and_then(|f| thinking_from_args(f, template_args)),
+            force_nonempty_content: force_nonempty_content_from_args(template_args),
+            // The pipeline is Dynamo's.
+            dialect: Dialect::Dynamo,
             reference_streaming: true,
         };
         let reply = ReplyFields {
@@ -321,7 +332,9 @@ impl Preprocessor {
         request_id: &str,
     ) -> Prepared {
         let stops = Stops::new(engine, &self.card);
-        // A parser that reads special-token markers needs the detokenizer to keep them.
+        // A parser that reads special-token markers needs the detokenizer to keep them;
+        // everything else skips special tokens unless the request says otherwise, as
+        // Dynamo 1.6.1 does.
         let card = &self.card;
         let keeps_special_tokens = reply.surface == Surface::Chat
             && (card
@@ -366,7 +379,7 @@ impl Preprocessor {
             prompt_tokens: token_ids.len() as u32,
             logprobs: engine.logprobs.is_some(),
             decode: DecodeOptions {
-                skip_special_tokens: skip_special_tokens == Some(true),
+                skip_special_tokens: skip_special_tokens != Some(false),
                 hidden_stop_ids: stops.hidden_ids(),
                 stop: stops.strings.unwrap_or_default(),
                 include_stop_str_in_output: engine.ext.include_stop_str_in_output == Some(true),

@@ -13,7 +13,7 @@ use super::detok::Detokenizer;
 use super::error::write_flat_body;
 use super::frames::{parse_frame, EngineOutput, Frame};
 use super::logprobs::{self, TokenLogprob};
-use super::plan::{ResponsePlan, Surface};
+use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
 use crate::parsers::{ChatParser, Delta};
 
@@ -28,16 +28,13 @@ struct Choice {
     first: bool,
     finished: bool,
     had_calls: bool,
-    /// Streaming with a forced tool choice: calls wait for the last chunk,
-    /// which Dynamo sends with the finish reason on it.
+    /// A forced tool choice: calls wait for the last chunk, which Dynamo sends
+    /// with the finish reason on it.
     held_calls: Vec<crate::parsers::CallDelta>,
-    /// Tokens whose side (reasoning or answer) is not known yet.
-    pending_tokens: u32,
-    /// The last released text was reasoning (or nothing yet with a reasoning parser).
+    /// A forced tool choice: the answer text, released only if no call was parsed.
+    jailed: String,
+    /// The last text the reasoning stage released was reasoning (not answer).
     in_reasoning: bool,
-    /// A stop string ended the choice: tokens that released nothing before it
-    /// are not reasoning (Dynamo counts them nowhere).
-    stopped_by_string: bool,
     // Unary fold.
     content: String,
     reasoning: String,
@@ -55,9 +52,6 @@ pub struct ResponseState {
     tokenizer: Arc<Tokenizer>,
     choices: Vec<Choice>,
     usage: Usage,
-    /// Tool-call parsing is on (Dynamo's jail); it changes how trailing
-    /// reasoning tokens are counted.
-    jail: bool,
     status: u16,
     closed: bool,
     /// The `nvext.annotations` events went out (they lead a stream).
@@ -71,7 +65,6 @@ pub struct ResponseState {
 
 impl ResponseState {
     pub fn new(plan: ResponsePlan, tokenizer: Arc<Tokenizer>) -> Self {
-        let jail = plan.parsers.as_ref().is_some_and(|p| p.tool_call.is_some());
         let usage = Usage {
             prompt_tokens: plan.prompt_tokens,
             ..Usage::default()
@@ -81,7 +74,6 @@ impl ResponseState {
             tokenizer,
             choices: Vec::with_capacity(1),
             usage,
-            jail,
             status: 200,
             closed: false,
             announced: false,
@@ -121,6 +113,15 @@ impl ResponseState {
         for (name, comment) in &self.plan.annotation_events {
             sse::write_annotation(out, name, comment);
         }
+    }
+
+    /// With a reasoning parser Dynamo always reports `reasoning_tokens`, 0 included.
+    fn reasoning_tokens(&self) -> Option<u32> {
+        self.plan
+            .parsers
+            .as_ref()
+            .is_some_and(|p| p.reasoning.is_some())
+            .then(|| self.choices.iter().map(|c| c.reasoning_tokens).sum())
     }
 
     /// Take one engine frame (JSON bytes); append what is to be sent now.
@@ -181,7 +182,7 @@ impl ResponseState {
                 self.emit(slot, 0, None, true, out);
             }
         }
-        self.usage.reasoning_tokens = self.choices.iter().map(|c| c.reasoning_tokens).sum();
+        self.usage.reasoning_tokens = self.reasoning_tokens();
         let env = self.envelope();
         if self.plan.stream {
             if self.plan.include_usage {
@@ -249,10 +250,8 @@ impl ResponseState {
             finished: false,
             had_calls: false,
             held_calls: Vec::new(),
-            pending_tokens: 0,
-            in_reasoning: parsers
-                .is_some_and(|p| p.reasoning.is_some() && p.in_reasoning != Some(false)),
-            stopped_by_string: false,
+            jailed: String::new(),
+            in_reasoning: false,
             content: String::new(),
             reasoning: String::new(),
             calls: Vec::new(),
@@ -282,7 +281,6 @@ impl ResponseState {
             Err(_) => return self.fail(INTERNAL_ERROR, out),
         };
         self.usage.completion_tokens += step.tokens;
-        self.choices[slot].stopped_by_string = step.by_string;
         let finish = if step.stopped {
             Some("stop")
         } else {
@@ -316,33 +314,59 @@ impl ResponseState {
         let ending = finish.is_some() || stream_end;
         let choice = &mut self.choices[slot];
         self.delta.clear();
+        let mut answered = false;
         match choice.parser.as_mut() {
             Some(parser) => {
                 parser.feed(&self.piece, &mut self.delta);
+                answered = parser.answered_last();
                 if ending {
                     parser.finish(&mut self.delta);
+                    answered |= parser.answered_last();
                 }
             }
             None => self.delta.content.push_str(&self.piece),
         }
+        // Dynamo jails the whole answer of a forced tool choice and decides at the end.
+        let mut finish = finish;
+        // Calls were parsed and all dropped: the last chunk says `"content":""`.
+        let mut emptied = false;
         if self.plan.tool_choice.forces_calls() {
+            choice.jailed.push_str(&self.delta.content);
             self.delta.content.clear();
             self.delta.calls_at = 0;
-            if self.plan.stream {
-                choice.had_calls |= !self.delta.calls.is_empty();
-                choice.held_calls.append(&mut self.delta.calls);
-                if ending {
-                    std::mem::swap(&mut self.delta.calls, &mut choice.held_calls);
+            choice.held_calls.append(&mut self.delta.calls);
+            if ending {
+                let parsed = !choice.held_calls.is_empty();
+                let mut calls = std::mem::take(&mut choice.held_calls);
+                if let ToolChoiceMode::Named(name) = &self.plan.tool_choice {
+                    calls.retain(|c| c.name.as_deref() == Some(name.as_str()));
                 }
+                let jailed = std::mem::take(&mut choice.jailed);
+                if !calls.is_empty() {
+                    self.delta.calls = calls;
+                } else if !parsed && !jailed.is_empty() {
+                    // Unary keeps it only when the model stopped by itself.
+                    if self.plan.stream || finish == Some("stop") {
+                        self.delta.content = jailed;
+                    }
+                } else if !parsed {
+                    // Nothing to release: Dynamo sends no last chunk at all, so the
+                    // finish reason is lost too.
+                    finish = None;
+                }
+                emptied = parsed && self.delta.calls.is_empty();
             }
         }
         if !self.plan.parallel_tool_calls {
             self.delta.calls.retain(|c| c.index == 0);
         }
-        let settle = ending && !self.jail && !choice.stopped_by_string;
-        count_reasoning(choice, &self.delta, tokens, settle);
+        count_reasoning(choice, &self.delta, tokens, answered);
         choice.had_calls |= !self.delta.calls.is_empty();
-        let finish = finish.map(|f| if choice.had_calls { "tool_calls" } else { f });
+        // A reply cut by the length limit keeps `length`, calls or not.
+        let finish = finish.map(|f| match f {
+            "stop" if choice.had_calls => "tool_calls",
+            other => other,
+        });
         if ending {
             choice.finished = true;
             choice.finish_reason = finish;
@@ -361,9 +385,18 @@ impl ResponseState {
             return;
         }
         let index = choice.index;
+        // Answer text the tool jail swallowed: Dynamo's chunk (and the role on it) is
+        // gone; the role rides on the next chunk that goes out.
+        let swallowed = answered
+            && self.delta.is_empty()
+            && finish.is_none()
+            && self.plan.surface == Surface::Chat;
+        if swallowed {
+            return;
+        }
         let role = std::mem::take(&mut choice.first);
         let running = self.plan.continuous_usage.then(|| Usage {
-            reasoning_tokens: self.choices.iter().map(|c| c.reasoning_tokens).sum(),
+            reasoning_tokens: self.reasoning_tokens(),
             ..self.usage
         });
         let usage = running.as_ref();
@@ -391,7 +424,11 @@ impl ResponseState {
             sse::end_event(out);
             return;
         }
-        let text = non_empty(&self.delta.content);
+        let text = if emptied {
+            Some("")
+        } else {
+            non_empty(&self.delta.content)
+        };
         let reasoning = non_empty(&self.delta.reasoning);
         if self.delta.calls.is_empty() {
             let delta = ChatDelta {
@@ -464,18 +501,17 @@ fn non_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
 }
 
-/// Dynamo's `reasoning_tokens`, as the captures show it: the tokens released
-/// while reasoning (including `<think>`, excluding `</think>`). Tokens that
-/// released nothing are settled by the next text; at the end they count as
-/// reasoning only if reasoning never closed and no tool jail ran.
-fn count_reasoning(choice: &mut Choice, delta: &Delta, tokens: u32, settle_at_end: bool) {
-    choice.pending_tokens += tokens;
-    if !delta.content.is_empty() || !delta.calls.is_empty() {
-        choice.pending_tokens = 0;
-        choice.in_reasoning = false;
-    } else if !delta.reasoning.is_empty() || (settle_at_end && choice.in_reasoning) {
-        choice.reasoning_tokens += choice.pending_tokens;
-        choice.pending_tokens = 0;
+/// Dynamo's `reasoning_tokens`: a frame's tokens count when its reasoning stage
+/// released reasoning, or released nothing while the last text it released was
+/// reasoning (a `</think>`, a held marker prefix, the hidden EOS). A `<think>` before
+/// any reasoning, and everything after answer text, counts nowhere. `answered`: the
+/// reasoning stage passed answer text on this frame (tool markup included).
+fn count_reasoning(choice: &mut Choice, delta: &Delta, tokens: u32, answered: bool) {
+    if !delta.reasoning.is_empty() || (!answered && choice.in_reasoning) {
+        choice.reasoning_tokens += tokens;
         choice.in_reasoning = true;
+    }
+    if answered {
+        choice.in_reasoning = false;
     }
 }

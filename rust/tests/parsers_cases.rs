@@ -8,12 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use _core::parsers::chat::ChatOptions;
+use _core::parsers::dialect::Dialect;
 use _core::parsers::Tools;
 use serde_json::Value;
 
 pub struct Case {
     /// `file.json: case name`.
     pub label: String,
+    /// How generated call ids start in the case's dialect.
+    pub id_prefix: &'static str,
     pub text: String,
     pub options: ChatOptions,
     pub expect: Value,
@@ -56,9 +59,21 @@ pub fn load() -> Vec<Case> {
                 tools: Arc::new(tools),
                 stream_arguments: false,
                 in_reasoning: pick("in_reasoning").and_then(|v| v.as_bool()),
+                thinking: pick("thinking").and_then(|v| v.as_bool()),
+                force_nonempty_content: pick("force_nonempty_content")
+                    .and_then(|v| v.as_bool())
+                    .unwrap_or(false),
+                dialect: name("dialect")
+                    .map(|d| d.parse().unwrap())
+                    .unwrap_or_default(),
                 reference_streaming: false,
             };
             out.push(Case {
+                id_prefix: match options.dialect {
+                    Dialect::Dynamo => "call-",
+                    Dialect::Vllm => "chatcmpl-tool-",
+                    Dialect::Sglang => "call_",
+                },
                 label: format!(
                     "{}: {}",
                     file.file_name().unwrap().to_string_lossy(),
@@ -96,6 +111,7 @@ pub fn load_malformed() -> Vec<Case> {
             None => case["dynamo"].clone(),
         };
         out.push(Case {
+            id_prefix: "call-",
             label: format!(
                 "malformed.json: {family}/{}",
                 case["kind"].as_str().unwrap_or("")

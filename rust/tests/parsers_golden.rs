@@ -9,7 +9,14 @@ use _core::parsers::chat::{parse, ChatOptions};
 use _core::parsers::{ChatParser, Delta, Message};
 use serde_json::Value;
 
-fn check(label: &str, how: &str, message: &Message, errors: usize, expect: &Value) {
+fn check(
+    label: &str,
+    how: &str,
+    message: &Message,
+    errors: usize,
+    expect: &Value,
+    id_prefix: &str,
+) {
     let want_content = expect.get("content").and_then(Value::as_str).unwrap_or("");
     let want_reasoning = expect
         .get("reasoning_content")
@@ -46,7 +53,7 @@ fn check(label: &str, how: &str, message: &Message, errors: usize, expect: &Valu
         match want.get("id").and_then(Value::as_str) {
             Some(id) => assert_eq!(got.id, id, "{label} [{how}] id {i}"),
             None => assert!(
-                got.id.starts_with("call-"),
+                got.id.starts_with(id_prefix),
                 "{label} [{how}] id {i}: {}",
                 got.id
             ),
@@ -106,7 +113,14 @@ fn golden_cases_batch_and_streamed() {
     assert!(!all.is_empty(), "no parser fixtures found");
     for case in &all {
         let (message, errors) = parse(&case.text, &case.options).unwrap();
-        check(&case.label, "parse", &message, errors.len(), &case.expect);
+        check(
+            &case.label,
+            "parse",
+            &message,
+            errors.len(),
+            &case.expect,
+            case.id_prefix,
+        );
         let clean = errors.is_empty();
         for (how, pieces) in chunkings(&case.text) {
             let (message, errors) = stream(&pieces, &case.options);
@@ -116,6 +130,7 @@ fn golden_cases_batch_and_streamed() {
                 &message,
                 errors,
                 &case.expect,
+                case.id_prefix,
             );
             // Streamed arguments can't take back a call that later turns out malformed,
             // so only clean cases must agree in that mode.
@@ -129,6 +144,7 @@ fn golden_cases_batch_and_streamed() {
                     &message,
                     errors,
                     &case.expect,
+                    case.id_prefix,
                 );
             }
         }

@@ -177,7 +177,7 @@ def start(dynamo: Dynamo, model_dir: Path, work_dir: Path) -> Iterator[Callable[
         }
         script = HERE / worker
         args = (str(model_dir), name) if worker == "dynamo_worker.py" else (name, *worker_args)
-        argv = [*stack._serve_argv(sys.executable, dynamo.site), "run", "--",
+        argv = [*stack.serve_argv(sys.executable, dynamo.site), "run", "--",
                 "python", str(script), *args]  # fmt: skip
         started = Worker(stack.spawn(name, argv, env, d), record, go, report)
         workers.append(started)
@@ -301,7 +301,7 @@ def test_default_gate_releases_held_cards_in_order(dynamo: Dynamo, work_dir: Pat
         "DYN_WORKER_VALIDATION_REPORT": str(report),
         "PATH": os.pathsep.join([bin_dir, dynamo.env.get("PATH", "")]),
     }
-    argv = [*stack._serve_argv(sys.executable, dynamo.site), "run", "--",
+    argv = [*stack.serve_argv(sys.executable, dynamo.site), "run", "--",
             "python", str(HERE / "tiny_worker.py"), name, "--several"]  # fmt: skip
     proc = stack.spawn(name, argv, env, work_dir / "logs")
     try:
@@ -362,7 +362,7 @@ def test_exit_status_without_release(
     script = work_dir / f"worker-{status}.py"
     script.write_text(f"import dynamo.llm\n{body}\n")
     env = {**dynamo.env, "DYN_WORKER_VALIDATION_GATES": "exec:true"}
-    argv = [*stack._serve_argv(sys.executable, dynamo.site), "run", "--", "python", str(script)]
+    argv = [*stack.serve_argv(sys.executable, dynamo.site), "run", "--", "python", str(script)]
     proc = stack.spawn(f"exit-{status}", argv, env, work_dir / "logs")
     try:
         assert proc.popen.wait(DEADLINE_S) == status, proc.log_tail()

@@ -7,8 +7,11 @@
 //! lacks follow the model's chat template: kimi_k3's prompt opens the think
 //! channel, deepseek_v4 and minimax_m3 leave it to `in_reasoning`.
 
+mod added;
 mod delimited;
 mod harmony;
+mod muse;
+mod reference;
 
 use delimited::{Delimited, Family};
 
@@ -167,6 +170,18 @@ pub fn build(
     match family {
         "gpt_oss" => Box::new(harmony::Harmony::new(in_reasoning)),
         "minimax_append_think" => Box::new(AppendThink { started: false }),
+        "muse" => Box::new(muse::Muse::new(in_reasoning)),
+        // The families Dynamo runs through its plain `<think>` parser.
+        "deepseek_r1" | "qwen3" | "basic" | "glm45" | "step3" | "nemotron_v3" | "nemotron_deci"
+            if reference_streaming =>
+        {
+            let forced = delimited_family(family).is_some_and(|f| f.forced);
+            Box::new(reference::ReferenceThink::new(
+                "<think>",
+                "</think>",
+                in_reasoning.unwrap_or(forced),
+            ))
+        }
         _ => {
             let config = delimited_family(family).unwrap_or(&BASIC);
             Box::new(Delimited::new(
@@ -177,6 +192,17 @@ pub fn build(
             ))
         }
     }
+}
+
+/// Whether a rendered prompt ends by opening `family`'s reasoning (the chat template
+/// injected the opener), so the output starts inside it.
+pub fn prompt_opens_reasoning(family: &str, prompt: &str) -> bool {
+    let prompt = prompt.trim_end();
+    delimited_family(family).is_some_and(|f| {
+        f.openers
+            .iter()
+            .any(|opener| prompt.ends_with(opener.trim_end()))
+    })
 }
 
 /// The configuration of a delimited family.
@@ -198,7 +224,7 @@ fn delimited_family(family: &str) -> Option<&'static Family> {
         "minimax_m3" => &MINIMAX_M3,
         "gemma4" => &GEMMA4,
         "basic" => &BASIC,
-        _ => return None,
+        _ => return added::family(family),
     })
 }
 

@@ -199,11 +199,19 @@ pub fn replay_frames(name: &str, engine_request: &[u8]) -> Vec<Vec<u8>> {
             .as_str()
             .unwrap();
         let (_, expected) = read_response(name);
-        mocker_frames(
-            text,
+        let (text, eos) = match text.strip_suffix("<EOS>") {
+            Some(text) => (text, true),
+            None => (text, false),
+        };
+        let mut ids = encode(text);
+        if eos {
+            ids.push(EOS);
+        }
+        return mocker_frames(
+            &ids,
             engine["token_ids"].as_array().unwrap().len(),
             cached_tokens(&expected),
-        )
+        );
     };
     frames.iter().map(|f| f.to_string().into_bytes()).collect()
 }
@@ -218,15 +226,9 @@ fn cached_tokens(body: &str) -> u64 {
     })
 }
 
-fn mocker_frames(script: &str, prompt: usize, cached: u64) -> Vec<Value> {
-    let (text, eos) = match script.strip_suffix("<EOS>") {
-        Some(text) => (text, true),
-        None => (script, false),
-    };
-    let mut ids = encode(text);
-    if eos {
-        ids.push(EOS);
-    }
+/// The reference mocker's frames for `ids`, as JSON bytes: one token a frame, usage
+/// on the first, a closing empty `length` frame.
+pub fn mocker_frames(ids: &[u32], prompt: usize, cached: u64) -> Vec<Vec<u8>> {
     let usage = |completion: usize| {
         json!({"prompt_tokens": prompt, "completion_tokens": completion,
                "total_tokens": prompt + completion,
@@ -246,7 +248,7 @@ fn mocker_frames(script: &str, prompt: usize, cached: u64) -> Vec<Value> {
         .collect();
     frames.push(json!({"token_ids": [], "finish_reason": "length",
                        "completion_usage": usage(ids.len())}));
-    frames
+    frames.iter().map(|f| f.to_string().into_bytes()).collect()
 }
 
 fn spy_frames(reply: &str, max_tokens: Option<u64>, fail_after: Option<usize>) -> Vec<Value> {

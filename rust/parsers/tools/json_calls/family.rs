@@ -2,6 +2,7 @@
 
 use std::sync::OnceLock;
 
+use super::wrapper::Keys;
 use crate::parsers::markers::MarkerSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,9 +18,20 @@ pub(super) enum Family {
     Jamba,
     Phi4,
     NemotronDeci,
+    Longcat,
+    Internlm,
+    Inkling,
+    Cohere,
+    Gigachat3,
+    Lfm2,
+    Apertus,
+    Granite20bFc,
+    Granite,
+    Xlam,
+    Plamo3,
 }
 
-pub(super) const FAMILIES: [(&str, Family); 11] = [
+pub(super) const FAMILIES: [(&str, Family); 22] = [
     ("hermes", Family::Hermes),
     ("llama3_json", Family::Llama3Json),
     ("mistral", Family::Mistral),
@@ -31,6 +43,17 @@ pub(super) const FAMILIES: [(&str, Family); 11] = [
     ("jamba", Family::Jamba),
     ("phi4", Family::Phi4),
     ("nemotron_deci", Family::NemotronDeci),
+    ("longcat", Family::Longcat),
+    ("internlm", Family::Internlm),
+    ("inkling", Family::Inkling),
+    ("cohere_command", Family::Cohere),
+    ("gigachat3", Family::Gigachat3),
+    ("lfm2", Family::Lfm2),
+    ("apertus", Family::Apertus),
+    ("granite_20b_fc", Family::Granite20bFc),
+    ("granite", Family::Granite),
+    ("xlam", Family::Xlam),
+    ("plamo3", Family::Plamo3),
 ];
 
 pub(super) const DS_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
@@ -48,6 +71,15 @@ pub(super) const KIMI_CALL_END: &str = "<|tool_call_end|>";
 pub(super) const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
 pub(super) const MISTRAL_ARGS: &str = "[ARGS]";
 pub(super) const MISTRAL_CALL_ID: &str = "[CALL_ID]";
+const INKLING_ENDS: &[&str] = &["<|end_message|>", "<|content_model_end_sampling|>"];
+const PLAMO_REQUESTS_BEGIN: &str = "<|plamo:begin_tool_requests:plamo|>";
+pub(super) const PLAMO_REQUESTS_END: &str = "<|plamo:end_tool_requests:plamo|>";
+pub(super) const PLAMO_REQUEST_BEGIN: &str = "<|plamo:begin_tool_request:plamo|>";
+pub(super) const PLAMO_REQUEST_END: &str = "<|plamo:end_tool_request:plamo|>";
+pub(super) const PLAMO_NAME_BEGIN: &str = "<|plamo:begin_tool_name:plamo|>";
+/// The name's end and the arguments' header, which the template writes together.
+const PLAMO_NAME_END: &str = "<|plamo:end_tool_name:plamo|><|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>";
+pub(super) const PLAMO_ARGS_END: &str = "<|plamo:end_tool_arguments:plamo|>";
 
 /// Harmony call openers: the full header and the bare channel forms, with the
 /// recipient in the channel or in the role position.
@@ -81,6 +113,8 @@ pub(super) struct Spec {
     pub(super) needs_end: bool,
     /// Where a broken call's markup ends and parsing can resume.
     pub(super) skip: &'static [&'static str],
+    /// How the family spells the call object's keys.
+    pub(super) keys: Keys,
 }
 
 const fn spec(starts: &'static [&'static str]) -> Spec {
@@ -95,6 +129,11 @@ const fn spec(starts: &'static [&'static str]) -> Spec {
         after: &[],
         needs_end: false,
         skip: &[],
+        keys: Keys {
+            name: None,
+            args: None,
+            keyed: false,
+        },
     }
 }
 
@@ -163,6 +202,94 @@ impl Family {
                 after: &["</TOOLCALL>"],
                 skip: &["</TOOLCALL>"],
                 ..spec(&["<TOOLCALL>"])
+            },
+            // LongCat-Flash: hermes' object in its own tags.
+            Family::Longcat => Spec {
+                after: &["</longcat_tool_call>"],
+                skip: &["</longcat_tool_call>"],
+                ..spec(&["<longcat_tool_call>"])
+            },
+            // InternLM2 / Intern-S1: `<|action_start|><|plugin|>` (a space may sit
+            // between the two tokens), the object, `<|action_end|>`.
+            Family::Internlm => Spec {
+                after: &["<|action_end|>"],
+                skip: &["<|action_end|>"],
+                ..spec(&["<|action_start|><|plugin|>", "<|action_start|> <|plugin|>"])
+            },
+            // Inkling's typed block: `<|message_model|><|content_invoke_tool_json|>`,
+            // `{"name": ..., "args": {...}}`, `<|end_message|>`.
+            Family::Inkling => Spec {
+                after: INKLING_ENDS,
+                skip: INKLING_ENDS,
+                keys: Keys {
+                    args: Some("args"),
+                    ..Keys::default()
+                },
+                ..spec(&[
+                    "<|message_model|><|content_invoke_tool_json|>",
+                    "<|content_invoke_tool_json|>",
+                ])
+            },
+            // Cohere Command: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": F,
+            // "parameters": {...}}, ...]<|END_ACTION|>`; the model's counter id is dropped.
+            Family::Cohere => Spec {
+                after: &["<|END_ACTION|>"],
+                skip: &["<|END_ACTION|>"],
+                keys: Keys {
+                    name: Some("tool_name"),
+                    ..Keys::default()
+                },
+                ..spec(&["<|START_ACTION|>"])
+            },
+            // GigaChat 3: one object after `<|function_call|>` (or the plain-text
+            // `function call<|role_sep|>` header), optionally closed by `</s>`.
+            Family::Gigachat3 => Spec {
+                after: &["</s>"],
+                ..spec(&["<|function_call|>", "function call<|role_sep|>\n"])
+            },
+            // LFM2: a pythonic list, or a list of call objects, between its markers.
+            Family::Lfm2 => Spec {
+                after: &["<|tool_call_end|>"],
+                skip: &["<|tool_call_end|>"],
+                ..spec(&["<|tool_call_start|>"])
+            },
+            // Apertus: `<|tools_prefix|>[{"F": {...}}, ...]<|tools_suffix|>`, each call an
+            // object whose one key is the function's name.
+            Family::Apertus => Spec {
+                after: &["<|tools_suffix|>"],
+                skip: &["<|tools_suffix|>"],
+                keys: Keys {
+                    keyed: true,
+                    ..Keys::default()
+                },
+                ..spec(&["<|tools_prefix|>"])
+            },
+            // Granite 20B FC: each call object after its own `<function_call>`.
+            Family::Granite20bFc => spec(&["<function_call>"]),
+            // Granite 3.0/3.1: a list of call objects after `<|tool_call|>` (3.0, a
+            // special token) or `<tool_call>` (3.1); the list's `]` ends it.
+            Family::Granite => spec(&["<|tool_call|>", "<tool_call>"]),
+            // xLAM: a list of call objects as the whole output (held as content until a
+            // name proves it), or after `[TOOL_CALLS]`, `<tool_call>` or a ```json fence.
+            Family::Xlam => Spec {
+                bare: Some(b'['),
+                tentative_start: true,
+                after: &["</tool_call>", "```"],
+                ..spec(&["[TOOL_CALLS]", "<tool_call>", "```json"])
+            },
+            // PLaMo 3: `<|plamo:begin_tool_requests:plamo|>`, then per call a request
+            // holding a name and its JSON arguments, then the requests' end.
+            Family::Plamo3 => Spec {
+                section: &[
+                    PLAMO_REQUEST_BEGIN,
+                    PLAMO_NAME_BEGIN,
+                    PLAMO_REQUEST_END,
+                    PLAMO_REQUESTS_END,
+                ],
+                name_end: &[PLAMO_NAME_END],
+                close: &[PLAMO_ARGS_END],
+                skip: &[PLAMO_ARGS_END, PLAMO_REQUESTS_END],
+                ..spec(&[PLAMO_REQUESTS_BEGIN])
             },
         }
     }

@@ -27,6 +27,7 @@
 mod family;
 mod named;
 mod objects;
+mod olmo3;
 mod opening;
 mod pythonic;
 mod wrapper;
@@ -41,6 +42,9 @@ use crate::parsers::json::JsonScanner;
 use crate::parsers::{CallSink, ToolParse, Tools};
 
 pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolParse>> {
+    if family == "olmo3" {
+        return Some(Box::new(olmo3::Olmo3::new()));
+    }
     let (_, family) = FAMILIES.iter().find(|(name, _)| *name == family)?;
     Some(Box::new(JsonCalls::new(*family, tools.clone())))
 }
@@ -133,7 +137,7 @@ impl JsonCalls {
             args: JsonScanner::new(),
             args_started: false,
             closing_text: false,
-            wrapper: Wrapper::new(),
+            wrapper: Wrapper::new(sets(family).spec.keys),
             py: ListScan::new(),
             py_text: String::new(),
         }
@@ -172,7 +176,7 @@ impl JsonCalls {
 
     fn on_start(&mut self, marker: &'static str) {
         match self.family {
-            Family::DeepseekV3 | Family::DeepseekV31 | Family::KimiK2 => {
+            Family::DeepseekV3 | Family::DeepseekV31 | Family::KimiK2 | Family::Plamo3 => {
                 if marker == DS_CALL_BEGIN || marker == KIMI_CALL_BEGIN {
                     self.enter_name();
                 } else {

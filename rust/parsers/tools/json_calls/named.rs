@@ -3,7 +3,7 @@
 
 use super::family::{
     Family, DS_CALL_BEGIN, DS_CALL_END, DS_SEP, KIMI_CALL_BEGIN, KIMI_CALL_END, MISTRAL_CALLS,
-    MISTRAL_CALL_ID,
+    MISTRAL_CALL_ID, PLAMO_ARGS_END, PLAMO_NAME_BEGIN, PLAMO_REQUEST_BEGIN, PLAMO_REQUEST_END,
 };
 use super::{leading_ws, JsonCalls, State, MAX_NAME};
 use crate::parsers::json::Scanned;
@@ -25,9 +25,12 @@ impl JsonCalls {
                 marker,
             } => {
                 let marker = section.marker(marker);
-                if marker == DS_CALL_BEGIN || marker == KIMI_CALL_BEGIN {
+                if marker == DS_CALL_BEGIN
+                    || marker == KIMI_CALL_BEGIN
+                    || marker == PLAMO_NAME_BEGIN
+                {
                     self.enter_name();
-                } else {
+                } else if marker != PLAMO_REQUEST_BEGIN && marker != PLAMO_REQUEST_END {
                     self.state = State::Text;
                 }
                 Some(end)
@@ -226,7 +229,11 @@ impl JsonCalls {
                 self.state = State::Text;
                 return Some(taken);
             }
-            DS_CALL_END | KIMI_CALL_END => self.state = State::Section,
+            // LFM2's end marker is spelled like Kimi's call end; only sectioned families
+            // go back to their section.
+            DS_CALL_END | KIMI_CALL_END | PLAMO_ARGS_END if self.sets.section.is_some() => {
+                self.state = State::Section
+            }
             _ => self.state = State::Text,
         }
         Some(end)

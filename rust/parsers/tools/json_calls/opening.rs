@@ -62,6 +62,26 @@ impl JsonCalls {
             return Some(ws);
         }
         match bytes[0] {
+            // LFM2 writes either list: `[name(` is pythonic, `[{` or `[]` is JSON.
+            b'[' if self.family == Family::Lfm2 => {
+                let inner = &rest[1..];
+                let ws = leading_ws(inner);
+                match inner.as_bytes().get(ws) {
+                    None => None,
+                    Some(b'{' | b']') => {
+                        self.in_list = true;
+                        self.list_first = true;
+                        self.state = State::List;
+                        Some(1)
+                    }
+                    Some(_) => {
+                        self.py.reset();
+                        self.py_text.clear();
+                        self.state = State::Python;
+                        Some(0)
+                    }
+                }
+            }
             b'[' if self.family == Family::Pythonic => {
                 self.py.reset();
                 self.py_text.clear();

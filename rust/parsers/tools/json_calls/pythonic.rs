@@ -101,14 +101,25 @@ struct Conv<'a> {
     s: &'a [u8],
     text: &'a str,
     i: usize,
+    /// Also read JSON's `true`, `false` and `null` (Olmo 3 writes them).
+    json_literals: bool,
 }
 
 /// Convert a closed call list into `(name, JSON arguments)` pairs.
 pub(super) fn convert(text: &str) -> Result<Vec<(String, String)>, String> {
+    convert_list(text, false)
+}
+
+/// [`convert`], optionally reading JSON's literals as well as Python's.
+pub(super) fn convert_list(
+    text: &str,
+    json_literals: bool,
+) -> Result<Vec<(String, String)>, String> {
     let mut c = Conv {
         s: text.as_bytes(),
         text,
         i: 0,
+        json_literals,
     };
     c.ws();
     c.expect(b'[')?;
@@ -255,6 +266,7 @@ impl Conv<'_> {
                     "True" => "true",
                     "False" => "false",
                     "None" => "null",
+                    "true" | "false" | "null" if self.json_literals => word.as_str(),
                     _ => return Err(format!("unsupported value `{word}`")),
                 });
                 Ok(())

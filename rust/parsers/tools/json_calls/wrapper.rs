@@ -39,8 +39,20 @@ pub(super) enum WStep {
     Fail(usize, &'static str),
 }
 
+/// How a family spells the wrapper's keys.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Keys {
+    /// Another name for `name` (Cohere's `tool_name`).
+    pub(super) name: Option<&'static str>,
+    /// Another name for `arguments`, besides `parameters` (Inkling's `args`).
+    pub(super) args: Option<&'static str>,
+    /// The object's one key is the call's name and its value the arguments (Apertus).
+    pub(super) keyed: bool,
+}
+
 #[derive(Debug)]
 pub(super) struct Wrapper {
+    keys: Keys,
     st: W,
     key: String,
     field: Field,
@@ -59,8 +71,9 @@ fn is_ws(b: u8) -> bool {
 }
 
 impl Wrapper {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(keys: Keys) -> Self {
         Self {
+            keys,
             st: W::Open,
             key: String::new(),
             field: Field::Other,
@@ -133,10 +146,25 @@ impl Wrapper {
                     }
                 }
                 W::Colon => match b {
+                    b':' if self.keys.keyed => {
+                        // The key is the name (still JSON-escaped); the value, the arguments.
+                        self.name_raw.clear();
+                        self.name_raw.push('"');
+                        self.name_raw.push_str(&self.key);
+                        self.name_raw.push('"');
+                        if let Err(why) = self.open_call(sink) {
+                            return WStep::Fail(i, why);
+                        }
+                        self.field = Field::Args;
+                        self.value.reset();
+                        self.st = W::ValueStart;
+                    }
                     b':' => {
                         self.field = match self.key.as_str() {
                             "name" => Field::Name,
                             "arguments" | "parameters" => Field::Args,
+                            key if Some(key) == self.keys.name => Field::Name,
+                            key if Some(key) == self.keys.args => Field::Args,
                             _ => Field::Other,
                         };
                         if self.field == Field::Args && self.has_args {

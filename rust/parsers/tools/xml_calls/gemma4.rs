@@ -3,6 +3,7 @@
 //! (numbers, booleans, nested `{}` and `[]`). The name streams as soon as `{` opens the
 //! arguments, and each top-level parameter is converted and sent when the `,` or `}`
 //! after it arrives (a bare value's end, and so its type, is known only then).
+//! FunctionGemma writes the same syntax with other delimiters.
 
 use std::sync::{Arc, OnceLock};
 
@@ -11,10 +12,40 @@ use crate::parsers::markers::{Held, MarkerSet};
 use crate::parsers::schema::{write_json_str, write_typed_value, ParamType};
 use crate::parsers::{CallSink, ToolParse, Tools};
 
-const CALL_OPEN: &str = "<|tool_call>";
-const CALL_CLOSE: &str = "<tool_call|>";
-const QUOTE: &str = "<|\"|>";
-const START: &[&str] = &[CALL_OPEN];
+/// The literal delimiters of one dialect of this syntax.
+pub(super) struct Syntax {
+    call_open: &'static str,
+    call_close: &'static str,
+    /// Both ends of a string.
+    quote: &'static str,
+    start: [&'static str; 1],
+    sets: OnceLock<Sets>,
+}
+
+const fn syntax(call_open: &'static str, call_close: &'static str, quote: &'static str) -> Syntax {
+    Syntax {
+        call_open,
+        call_close,
+        quote,
+        start: [call_open],
+        sets: OnceLock::new(),
+    }
+}
+
+pub(super) static GEMMA4: Syntax = syntax("<|tool_call>", "<tool_call|>", "<|\"|>");
+
+/// FunctionGemma: `<start_function_call>call:NAME{key:<escape>text<escape>}<end_function_call>`.
+pub(super) static FUNCTION_GEMMA: Syntax =
+    syntax("<start_function_call>", "<end_function_call>", "<escape>");
+
+/// What a marker means, whatever the dialect spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Marker {
+    Open,
+    Close,
+    Quote,
+    Brace,
+}
 /// Longest `call:NAME` head accepted before `{`.
 const HEAD_CAP: usize = 1024;
 /// Nesting deeper than this is treated as garbage rather than recursed into.
@@ -41,18 +72,32 @@ struct Sets {
     skip: MarkerSet,
 }
 
-fn sets() -> &'static Sets {
-    static SETS: OnceLock<Sets> = OnceLock::new();
-    SETS.get_or_init(|| Sets {
-        text: MarkerSet::new(&[CALL_OPEN]),
-        head: MarkerSet::new(&["{", CALL_CLOSE]),
-        body: MarkerSet::new(&[QUOTE, CALL_CLOSE]),
-        quoted: MarkerSet::new(&[QUOTE]),
-        skip: MarkerSet::new(&[CALL_CLOSE]),
-    })
+impl Syntax {
+    fn sets(&self) -> &Sets {
+        self.sets.get_or_init(|| Sets {
+            text: MarkerSet::new(&[self.call_open]),
+            head: MarkerSet::new(&["{", self.call_close]),
+            body: MarkerSet::new(&[self.quote, self.call_close]),
+            quoted: MarkerSet::new(&[self.quote]),
+            skip: MarkerSet::new(&[self.call_close]),
+        })
+    }
+
+    fn meaning(&self, marker: &str) -> Marker {
+        if marker == self.call_open {
+            Marker::Open
+        } else if marker == self.call_close {
+            Marker::Close
+        } else if marker == self.quote {
+            Marker::Quote
+        } else {
+            Marker::Brace
+        }
+    }
 }
 
 pub(super) struct Gemma4Parser {
+    syntax: &'static Syntax,
     tools: Arc<Tools>,
     state: State,
     held: Held,
@@ -69,8 +114,9 @@ pub(super) struct Gemma4Parser {
 }
 
 impl Gemma4Parser {
-    pub(super) fn new(tools: Arc<Tools>) -> Self {
+    pub(super) fn new(syntax: &'static Syntax, tools: Arc<Tools>) -> Self {
         Self {
+            syntax,
             tools,
             state: State::Text,
             held: Held::default(),
@@ -85,14 +131,14 @@ impl Gemma4Parser {
 }
 
 impl MarkerDriven for Gemma4Parser {
-    type Marker = &'static str;
+    type Marker = Marker;
 
     fn held(&mut self) -> &mut Held {
         &mut self.held
     }
 
     fn legal(&self) -> &'static MarkerSet {
-        let s = sets();
+        let s = self.syntax.sets();
         match self.state {
             State::Text => &s.text,
             State::Head => &s.head,
@@ -121,17 +167,18 @@ impl MarkerDriven for Gemma4Parser {
         self.state = State::Skip;
     }
 
-    fn meaning(&self, index: usize) -> &'static str {
-        self.legal().marker(index)
+    fn meaning(&self, index: usize) -> Marker {
+        self.syntax.meaning(self.legal().marker(index))
     }
 
-    fn on_marker(&mut self, marker: &'static str, sink: &mut CallSink) {
+    fn on_marker(&mut self, marker: Marker, sink: &mut CallSink) {
+        let quote = self.syntax.quote;
         self.state = match (self.state, marker) {
-            (State::Text, CALL_OPEN) => {
+            (State::Text, Marker::Open) => {
                 self.head.clear();
                 State::Head
             }
-            (State::Head, "{") => {
+            (State::Head, Marker::Brace) => {
                 let head = self.head.trim();
                 match head.strip_prefix("call:").map(str::trim) {
                     Some(name) if !name.is_empty() => {
@@ -149,27 +196,27 @@ impl MarkerDriven for Gemma4Parser {
                     }
                 }
             }
-            (State::Head, CALL_CLOSE) => {
+            (State::Head, Marker::Close) => {
                 sink.error("Gemma tool call without arguments");
                 State::Text
             }
-            (State::Body, QUOTE) if self.depth > 0 => {
-                self.entry.push_str(QUOTE);
+            (State::Body, Marker::Quote) if self.depth > 0 => {
+                self.entry.push_str(quote);
                 State::Quoted
             }
-            (State::Body, QUOTE) => {
+            (State::Body, Marker::Quote) => {
                 sink.drop_call("text after the arguments object");
                 State::Skip
             }
-            (State::Quoted, QUOTE) => {
-                self.entry.push_str(QUOTE);
+            (State::Quoted, Marker::Quote) => {
+                self.entry.push_str(quote);
                 State::Body
             }
-            (State::Body, CALL_CLOSE) => {
+            (State::Body, Marker::Close) => {
                 self.close_call(sink);
                 State::Text
             }
-            (State::Skip, CALL_CLOSE) => State::Text,
+            (State::Skip, Marker::Close) => State::Text,
             (state, _) => state,
         };
     }
@@ -226,6 +273,7 @@ impl Gemma4Parser {
         fragment.clear();
         fragment.push_str(if self.args_open { ", " } else { "{" });
         let mut reader = Reader {
+            quote: self.syntax.quote,
             text: &self.entry,
             pos: 0,
             tools: &self.tools,
@@ -264,6 +312,7 @@ impl Gemma4Parser {
 
 /// Converts Gemma's argument syntax to JSON in one pass.
 struct Reader<'a> {
+    quote: &'static str,
     text: &'a str,
     pos: usize,
     tools: &'a Tools,
@@ -296,8 +345,8 @@ impl<'a> Reader<'a> {
     fn quoted(&mut self) -> Result<&'a str, &'static str> {
         let text: &'a str = self.text;
         let rest = &text[self.pos..];
-        let end = rest.find(QUOTE).ok_or("string not closed")?;
-        self.pos += end + QUOTE.len();
+        let end = rest.find(self.quote).ok_or("string not closed")?;
+        self.pos += end + self.quote.len();
         Ok(&rest[..end])
     }
 
@@ -339,8 +388,8 @@ impl<'a> Reader<'a> {
     /// the tool's schema; nested bare values by the unknown-parameter rule.
     fn member(&mut self, out: &mut String, depth: usize) -> Read {
         self.skip_ws();
-        let key = if self.rest().starts_with(QUOTE) {
-            self.pos += QUOTE.len();
+        let key = if self.rest().starts_with(self.quote) {
+            self.pos += self.quote.len();
             self.quoted()?
         } else {
             self.bare(&[':', ',', '}'])
@@ -387,8 +436,8 @@ impl<'a> Reader<'a> {
     fn value(&mut self, out: &mut String, ty: ParamType, depth: usize) -> Read {
         self.skip_ws();
         let rest = self.rest();
-        if rest.starts_with(QUOTE) {
-            self.pos += QUOTE.len();
+        if rest.starts_with(self.quote) {
+            self.pos += self.quote.len();
             let text = self.quoted()?;
             write_json_str(text, out);
             Ok(())
@@ -424,6 +473,6 @@ impl ToolParse for Gemma4Parser {
     }
 
     fn start_markers(&self) -> &'static [&'static str] {
-        START
+        &self.syntax.start
     }
 }

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use crate::parsers::markers::{Bounded, Held, MarkerSet, Scan};
 use crate::parsers::{CallSink, ToolParse, Tools};
 
+mod families;
 mod gemma4;
+mod minimax_m3;
 mod tagged;
 
 /// The parser for `family`, or `None` when the family is not one of these formats.
@@ -30,7 +32,31 @@ pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolPar
         "deepseek_v3_2" => &tagged::DEEPSEEK_V3_2,
         "deepseek_v4" => &tagged::DEEPSEEK_V4,
         "step3" => &tagged::STEP3,
-        "gemma4" => return Some(Box::new(gemma4::Gemma4Parser::new(tools.clone()))),
+        "seed_oss" => &families::SEED_OSS,
+        "zaya" => &families::ZAYA,
+        "dots" => &families::DOTS,
+        "hunyuan" => &families::HUNYUAN,
+        "iquest_q1" => &families::IQUEST_Q1,
+        "deepseek_v4_1" => &families::DEEPSEEK_V4_1,
+        "gigachat35" => &families::GIGACHAT35,
+        "kimi_k3" => &families::KIMI_K3,
+        "muse" => &families::MUSE,
+        "hy_v4" => &families::HY_V4,
+        "k2_horizon" => &families::K2_HORIZON,
+        "minicpm5" => &families::MINICPM5,
+        "gemma4" => {
+            return Some(Box::new(gemma4::Gemma4Parser::new(
+                &gemma4::GEMMA4,
+                tools.clone(),
+            )))
+        }
+        "functiongemma" => {
+            return Some(Box::new(gemma4::Gemma4Parser::new(
+                &gemma4::FUNCTION_GEMMA,
+                tools.clone(),
+            )))
+        }
+        "minimax_m3" => return Some(Box::new(minimax_m3::MinimaxM3Parser::new(tools.clone()))),
         _ => return None,
     };
     Some(Box::new(tagged::TaggedParser::new(format, tools.clone())))
@@ -115,6 +141,20 @@ mod tests {
         "deepseek_v4",
         "step3",
         "gemma4",
+        "seed_oss",
+        "zaya",
+        "dots",
+        "hunyuan",
+        "iquest_q1",
+        "deepseek_v4_1",
+        "gigachat35",
+        "kimi_k3",
+        "minimax_m3",
+        "muse",
+        "hy_v4",
+        "k2_horizon",
+        "functiongemma",
+        "minicpm5",
     ];
 
     /// One `write_file(content=VALUE)` call in each family's syntax.
@@ -139,6 +179,48 @@ mod tests {
                 "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"write_file\"><steptml:parameter name=\"content\">{value}</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>"
             ),
             "gemma4" => format!("<|tool_call>call:write_file{{content:<|\"|>{value}<|\"|>}}<tool_call|>"),
+            "seed_oss" | "zaya" => {
+                let tag = if family == "seed_oss" { "seed:tool_call" } else { "zyphra_tool_call" };
+                format!(
+                    "<{tag}>\n<function=write_file>\n<parameter=content>\n{value}\n</parameter>\n</function>\n</{tag}>"
+                )
+            }
+            "dots" => format!(
+                "<dots_function_call>\n<invoke name=\"write_file\">\n<parameter name=\"content\">{value}</parameter>\n</invoke>\n</dots_function_call>"
+            ),
+            "hunyuan" => format!(
+                "<tool_calls>\n<tool_call>write_file<tool_sep>\n<arg_key>content</arg_key>\n<arg_value>{value}</arg_value>\n</tool_call>\n</tool_calls>"
+            ),
+            "iquest_q1" => format!(
+                "<iquest_tool_call>write_file\n<arg_key>content</arg_key>\n<arg_value>{value}</arg_value>\n</iquest_tool_call>"
+            ),
+            "deepseek_v4_1" => format!(
+                "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"write_file\">\n<｜DSML｜ parameter name=\"content\" string=\"true\">{value}</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>"
+            ),
+            "gigachat35" => format!(
+                "<｜GCML｜tool_calls>\n<｜GCML｜invoke name=\"write_file\">\n<｜GCML｜parameter name=\"content\" string=\"true\">{value}</｜GCML｜parameter>\n</｜GCML｜invoke>\n</｜GCML｜tool_calls>"
+            ),
+            "minimax_m3" => format!(
+                "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"write_file\">\n]<]minimax[>[<content>{value}]<]minimax[>[</content>\n]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"
+            ),
+            "functiongemma" => format!(
+                "<start_function_call>call:write_file{{content:<escape>{value}<escape>}}<end_function_call>"
+            ),
+            "minicpm5" => format!(
+                "<function name=\"write_file\"><param name=\"content\">{value}</param></function>"
+            ),
+            "hy_v4" => format!(
+                "<tool_calls>\n<tool_call>write_file<arg_key>content</arg_key><arg_value>{value}</arg_value></tool_call>\n</tool_calls>"
+            ),
+            "k2_horizon" => format!(
+                "<ifm|tool_calls><ifm|tool_call>write_file<ifm|arg_key>content</ifm|arg_key><ifm|arg_type>string</ifm|arg_type><ifm|arg_value>{value}</ifm|arg_value></ifm|tool_call></ifm|tool_calls>"
+            ),
+            "muse" => format!(
+                "<atem:function_calls>\n<atem:invoke name=\"write_file\">\n<atem:parameter name=\"content\">{value}</atem:parameter>\n</atem:invoke>\n</atem:function_calls>"
+            ),
+            "kimi_k3" => format!(
+                "<|open|>tools<|sep|><|open|>call tool=\"write_file\" index=\"1\"<|sep|><|open|>argument key=\"content\" type=\"string\"<|sep|>{value}<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
+            ),
             other => panic!("no sample for {other}"),
         }
     }
@@ -222,7 +304,12 @@ mod tests {
     #[test]
     fn string_values_stream_before_they_close() {
         let tools = string_tools();
-        for family in FAMILIES.iter().filter(|f| **f != "gemma4") {
+        // Gemma 4 and Muse send a parameter when it closes (a value's type depends on
+        // its whole text), MiniMax-M3 a whole invoke.
+        for family in FAMILIES
+            .iter()
+            .filter(|f| !matches!(**f, "gemma4" | "functiongemma" | "minimax_m3" | "muse"))
+        {
             let text = call_text(family, "abc\ndef\n");
             let cut = text.find("def").unwrap() + 2;
             let mut parser = build(family, &tools).unwrap();
@@ -340,6 +427,32 @@ mod tests {
             let (message, errors) = run(family, &string_tools(), &pieces_of(&text, 1000), false);
             assert!(message.tool_calls.is_empty(), "{family}");
             assert!(errors >= 1, "{family}");
+        }
+    }
+
+    #[test]
+    fn minimax_m3_name_gives_up_where_the_text_says() {
+        let (open, close) = ("]<]minimax[>[<tool_call>", "]<]minimax[>[</tool_call>");
+        let invoke = "]<]minimax[>[<invoke name=\"";
+        let call = format!("{invoke}get_time\">]<]minimax[>[</invoke>");
+        let view = |pieces: &[&str]| {
+            let (message, errors) = run("minimax_m3", &string_tools(), pieces, false);
+            let calls = message.tool_calls.iter();
+            let calls: Vec<(String, String)> = calls
+                .map(|c| (c.name.clone(), c.arguments.clone()))
+                .collect();
+            (message.content, calls, errors)
+        };
+        // An unclosed name ends at the next invoke, or gives up after 1 KB; either way
+        // the next invoke is read, however the text was cut.
+        for name in ["n".repeat(20), "n".repeat(5000)] {
+            let text = format!("{open}{invoke}{name}{call}{close}");
+            let whole = view(&[&text]);
+            assert_eq!(whole.1, [("get_time".to_owned(), "{}".to_owned())]);
+            for size in [1, 7, 1000] {
+                let cut = view(&pieces_of(&text, size));
+                assert_eq!(cut, whole, "{} bytes in {size}-byte pieces", name.len());
+            }
         }
     }
 

@@ -49,25 +49,29 @@ pub(super) enum Role {
 
 /// The literal tags of one format.
 pub(super) struct Format {
-    block_open: &'static str,
-    block_close: &'static str,
+    pub(super) block_open: &'static str,
+    pub(super) block_close: &'static str,
     /// `None` when the name follows the block marker directly (GLM).
-    invoke_open: Option<&'static str>,
-    head_end: &'static str,
-    invoke_close: &'static str,
-    param_open: &'static str,
-    key_ends: &'static [(&'static str, ValueTyping)],
-    value_open: Option<&'static str>,
-    param_close: &'static str,
+    pub(super) invoke_open: Option<&'static str>,
+    /// The end of the name tag; without `invoke_open`, a suffix trimmed from the name.
+    pub(super) head_end: &'static str,
+    pub(super) invoke_close: &'static str,
+    pub(super) param_open: &'static str,
+    pub(super) key_ends: &'static [(&'static str, ValueTyping)],
+    pub(super) value_open: Option<&'static str>,
+    pub(super) param_close: &'static str,
     /// Qwen3-Coder writes values on their own lines: one newline each side is markup.
-    trim_newlines: bool,
+    pub(super) trim_newlines: bool,
     /// Qwen3-Coder models sometimes leave out `</parameter>`: the next parameter or the
     /// end of the function then ends the value, as vLLM, SGLang and Dynamo accept.
-    value_ends_at_next_tag: bool,
-    tables: OnceLock<Tables>,
+    pub(super) value_ends_at_next_tag: bool,
+    /// The template may write a call's name twice (`get_weather.get_weather`); when
+    /// only the single name is declared, that is the call's name (Muse).
+    pub(super) doubled_namespace: bool,
+    pub(super) tables: OnceLock<Tables>,
 }
 
-const SCHEMA_TYPED: &[(&str, ValueTyping)] = &[("\">", ValueTyping::Schema)];
+pub(super) const SCHEMA_TYPED: &[(&str, ValueTyping)] = &[("\">", ValueTyping::Schema)];
 
 pub(super) static QWEN3_CODER: Format = Format {
     block_open: "<tool_call>",
@@ -81,6 +85,7 @@ pub(super) static QWEN3_CODER: Format = Format {
     param_close: "</parameter>",
     trim_newlines: true,
     value_ends_at_next_tag: true,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -97,6 +102,7 @@ pub(super) static GLM: Format = Format {
     param_close: "</arg_value>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -112,10 +118,11 @@ pub(super) static MINIMAX_M2: Format = Format {
     param_close: "</parameter>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
-const DSML_KEY_ENDS: &[(&str, ValueTyping)] = &[
+pub(super) const DSML_KEY_ENDS: &[(&str, ValueTyping)] = &[
     ("\" string=\"true\">", ValueTyping::Text),
     ("\" string=\"false\">", ValueTyping::Json),
     ("\">", ValueTyping::Schema),
@@ -141,6 +148,7 @@ const fn dsml(block_open: &'static str, block_close: &'static str) -> Format {
         param_close: "</｜DSML｜parameter>",
         trim_newlines: false,
         value_ends_at_next_tag: false,
+        doubled_namespace: false,
         tables: OnceLock::new(),
     }
 }
@@ -159,6 +167,7 @@ pub(super) static STEP3: Format = Format {
     param_close: "</steptml:parameter>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
+    doubled_namespace: false,
     tables: OnceLock::new(),
 };
 
@@ -204,7 +213,7 @@ impl Legal {
     }
 }
 
-struct Tables {
+pub(super) struct Tables {
     by_state: [Legal; STATES],
     start: [&'static str; 1],
 }
@@ -227,9 +236,18 @@ impl Format {
                 .collect();
             key_ends.push(close);
             let head = match self.invoke_open {
-                Some(_) => Legal::new(&[(self.head_end, Role::HeadEnd), close]),
-                // GLM: the name runs to the first parameter or the end of the call.
+                // The name runs to the first parameter or the end of the call: GLM
+                // (whose block tag opens the call), or an invoke tag whose name is
+                // followed directly by its first parameter (Hunyuan v4, K2 Horizon).
                 None => Legal::new(&[(self.param_open, Role::ParamOpen), close]),
+                Some(_) if self.head_end == self.param_open => {
+                    let mut ends = vec![(self.param_open, Role::ParamOpen), invoke_close];
+                    if invoke_close != close {
+                        ends.push(close);
+                    }
+                    Legal::new(&ends)
+                }
+                Some(_) => Legal::new(&[(self.head_end, Role::HeadEnd), close]),
             };
             let mut invoke = vec![(self.param_open, Role::ParamOpen), invoke_close];
             if invoke_close != close {
@@ -388,6 +406,10 @@ impl MarkerDriven for TaggedParser {
                 State::Invoke => self.end_call(sink, State::Text),
                 _ => State::Text,
             },
+            (State::Head, Role::InvokeClose) => match self.begin_call(sink, State::Invoke) {
+                State::Invoke => self.end_call(sink, State::Block),
+                _ => State::Block,
+            },
             (State::Invoke, Role::ParamOpen) => {
                 self.key.clear();
                 State::Key
@@ -439,10 +461,24 @@ impl MarkerDriven for TaggedParser {
 impl TaggedParser {
     /// The name tag closed: open the call, or skip the block if the name is unusable.
     fn begin_call(&mut self, sink: &mut CallSink, next: State) -> State {
-        let name = self.name.trim();
+        let mut name = self.name.trim();
+        if self.format.invoke_open.is_none() {
+            // A block tag that opens the call may end its name with `head_end` (MiniCPM5's `">`).
+            name = name
+                .strip_suffix(self.format.head_end)
+                .unwrap_or(name)
+                .trim();
+        }
         if name.is_empty() {
             sink.error("tool call without a function name");
             return State::Skip;
+        }
+        if self.format.doubled_namespace && self.tools.get(name).is_none() {
+            if let Some((head, tail)) = name.split_once('.') {
+                if head == tail && self.tools.get(head).is_some() {
+                    name = head;
+                }
+            }
         }
         sink.begin_call(name, None);
         // Keep the trimmed name for schema lookups; `key` is free until a parameter opens.

@@ -1,8 +1,10 @@
 """`python -m dynamo.mocker` with the worker's parsers set on its model card.
 
-The 1.6.1 mocker has no --dyn-tool-call-parser / --dyn-reasoning-parser flags, and the
-frontend takes the parsers from the card's runtime_config, so this wraps the mocker's
-`build_runtime_config` to set them. All other arguments pass through to the mocker.
+Run by the Dynamo 1.6.1 venv's interpreter (see `stack.start_dynamo_mocker`), never
+imported by shakedown. The 1.6.1 mocker has no --dyn-tool-call-parser /
+--dyn-reasoning-parser flags, and the frontend takes the parsers from the card's
+runtime_config, so this wraps the mocker's `build_runtime_config` to set them. All
+other arguments pass through to the mocker.
 
 env: PARITY_TOOL_CALL_PARSER (default hermes), PARITY_REASONING_PARSER (default deepseek_r1);
 an empty value leaves that parser off.
@@ -14,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-import dynamo.mocker.main as mocker_main
+import dynamo.mocker.main as mocker_main  # type: ignore[import-not-found]
 
 _build = mocker_main.build_runtime_config
 TOOL = os.environ.get("PARITY_TOOL_CALL_PARSER", "hermes") or None

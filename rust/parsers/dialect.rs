@@ -1,0 +1,107 @@
+//! Whose behaviour to reproduce where Dynamo 1.6.1, vLLM 0.34 and SGLang 0.5.23 read
+//! the same output differently. Dynamo is the default; each difference switched here
+//! is a row of `docs/parsers.md` ("Dialects") with the server code that shows it.
+
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    #[default]
+    Dynamo,
+    Vllm,
+    Sglang,
+}
+
+impl Dialect {
+    pub const NAMES: [&'static str; 3] = ["dynamo", "vllm", "sglang"];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// A fresh tool-call id in the server's form: Dynamo `call-<uuid>`, vLLM
+    /// `chatcmpl-tool-<16 hex>`, SGLang `call_<24 hex>`. A model's own id (Kimi) is kept
+    /// by every server and does not come from here.
+    pub fn new_call_id(self) -> String {
+        let uuid = uuid::Uuid::new_v4();
+        match self {
+            Dialect::Dynamo => {
+                let mut id = String::with_capacity(41);
+                id.push_str("call-");
+                id.push_str(
+                    uuid.hyphenated()
+                        .encode_lower(&mut uuid::Uuid::encode_buffer()),
+                );
+                id
+            }
+            Dialect::Vllm => format!("chatcmpl-tool-{:016x}", uuid.as_u64_pair().1),
+            Dialect::Sglang => {
+                let mut hex = uuid.simple().to_string();
+                hex.truncate(24);
+                format!("call_{hex}")
+            }
+        }
+    }
+
+    /// Whether a tag-shaped value whose type no schema gives stays text. vLLM and
+    /// SGLang keep it a string; Dynamo reads JSON-looking text (`42`, `true`, `[1]`) as JSON.
+    pub fn untyped_values_are_text(self) -> bool {
+        self != Dialect::Dynamo
+    }
+
+    /// Whether a request can switch a family's reasoning parsing off (Dynamo's PRE.2
+    /// gate). vLLM and SGLang keep parsing; thinking off only means output starts
+    /// outside reasoning, and Nemotron's empty content gets the reasoning at the end.
+    pub fn gates_reasoning(self) -> bool {
+        self == Dialect::Dynamo
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A dialect name nobody knows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown parser dialect `{0}`; valid dialects: dynamo, vllm, sglang")]
+pub struct UnknownDialect(pub String);
+
+impl FromStr for Dialect {
+    type Err = UnknownDialect;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "dynamo" => Ok(Dialect::Dynamo),
+            "vllm" => Ok(Dialect::Vllm),
+            "sglang" => Ok(Dialect::Sglang),
+            _ => Err(UnknownDialect(name.to_owned())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_have_each_servers_form() {
+        let dynamo = Dialect::Dynamo.new_call_id();
+        assert!(dynamo.starts_with("call-") && dynamo.len() == 41);
+        let vllm = Dialect::Vllm.new_call_id();
+        assert!(vllm.starts_with("chatcmpl-tool-") && vllm.len() == 30);
+        let sglang = Dialect::Sglang.new_call_id();
+        assert!(sglang.starts_with("call_") && sglang.len() == 29);
+        assert!(sglang[5..].bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for name in Dialect::NAMES {
+            assert_eq!(name.parse::<Dialect>().unwrap().name(), name);
+        }
+        assert!("tgi".parse::<Dialect>().is_err());
+    }
+}
