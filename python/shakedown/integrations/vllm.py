@@ -152,23 +152,24 @@ class ShakedownReasoningParser(_reasoning.ReasoningParser):  # type: ignore[misc
             text = whole
         return None
 
+    def _probe_is_content(self, text: str, in_reasoning: bool | None) -> bool:
+        """Whether text fed after `text` comes out as content."""
+        parser = ReasoningParser(self.family, in_reasoning=in_reasoning, **_DIALECT)
+        parser.feed(text)
+        probe = parser.feed("\x00").content or ""
+        return "\x00" in probe + (parser.finish().content or "")
+
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
-        # Reasoning is closed if text fed after these tokens would be content while the
-        # tokens themselves did not all come out as content (some were markers or reasoning).
+        # These tokens close reasoning if a parser inside reasoning comes out of it after
+        # them; a family that never splits reasoning off (minimax_append_think) never does.
         text = self.model_tokenizer.decode(list(input_ids))
-        parser = self._new()
-        content = (parser.feed(text).content or "") + (parser.feed("\x00").content or "")
-        content += parser.finish().content or ""
-        return content.endswith("\x00") and content != text + "\x00"
+        return not self._probe_is_content("", True) and self._probe_is_content(text, True)
 
     def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
         # A prompt that leaves reasoning open (a template that writes `<think>`) puts the
         # output inside it.
         text = self.model_tokenizer.decode(list(prompt_token_ids))
-        parser = self._new()
-        parser.feed(text)
-        probe = parser.feed("\x00")
-        if "\x00" in (probe.reasoning_content or "") + (parser.finish().reasoning_content or ""):
+        if not self._probe_is_content(text, None):
             self._in_reasoning = True
 
     def extract_content_ids(self, input_ids: list[int]) -> list[int]:

@@ -333,7 +333,7 @@ FAMILIES: tuple[Family, ...] = (
            reasoning=THINK_INSIDE, tokens=("<think>", "</think>")),
     Family("kimi", ("kimi", None), None, ("kimi", None), reasoning=Reasoning("◁think▷", "◁/think▷")),
     Family("mistral_reasoning", ("mistral", None), ("mistral", None), ("mistral", None),
-           reasoning=Reasoning("[THINK]", "[/THINK]"), tokens=("[THINK]", "[/THINK]")),
+           reasoning=Reasoning("[THINK]", "[/THINK]"), tokens=("[THINK]", "[/THINK]", "[TOOL_CALLS]")),
     Family("granite", ("granite", None), ("granite", None), None,
            reasoning=Reasoning("Here is my thought process:", "Here is my response:")),
     Family("minimax_append_think", ("minimax_append_think", None), ("minimax_m2_append_think", None),
