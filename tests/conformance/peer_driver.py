@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import peer_imports  # noqa: E402
+import peer_imports
 
 CALL_SECONDS = 20
 
@@ -55,7 +55,9 @@ class PeerTokenizer:
 
         self._tok = Tokenizer.from_file(path)
         if special:
-            self._tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+            self._tok.add_special_tokens(
+                [AddedToken(t, special=True, normalized=False) for t in special]
+            )
         self._vocab = self._tok.get_vocab(with_added_tokens=True)
         self.all_special_tokens = list(special)
         self.all_special_ids = [self._vocab[t] for t in special]
@@ -132,21 +134,34 @@ class Vllm:
 
     def request(self, tools: list[dict[str, Any]]) -> Any:
         messages = [{"role": "user", "content": "What is the weather in Paris?"}]
-        return self.request_cls(model="m", messages=messages, tools=tools or None, tool_choice="auto" if tools else None)
+        return self.request_cls(
+            model="m", messages=messages, tools=tools or None, tool_choice="auto" if tools else None
+        )
 
-    def parser(self, tok: PeerTokenizer, reasoning: str | None, tool: str | None, request: Any) -> tuple[Any, Any]:
+    def parser(
+        self, tok: PeerTokenizer, reasoning: str | None, tool: str | None, request: Any
+    ) -> tuple[Any, Any]:
         cls = self.manager.get_parser(
-            tool_parser_name=tool, reasoning_parser_name=reasoning, enable_auto_tools=True, tokenizer=tok
+            tool_parser_name=tool,
+            reasoning_parser_name=reasoning,
+            enable_auto_tools=True,
+            tokenizer=tok,
         )
         return cls, cls(tok, request.tools, chat_template_kwargs={}, model_config=None)
 
-    def whole(self, tok: PeerTokenizer, case: dict[str, Any], text: str, ids: list[int]) -> dict[str, Any]:
+    def whole(
+        self, tok: PeerTokenizer, case: dict[str, Any], text: str, ids: list[int]
+    ) -> dict[str, Any]:
         request = self.request(case["tools"])
         _, parser = self.parser(tok, case["reasoning"], case["tool"], request)
-        reasoning, content, calls = parser.parse(text, request, enable_auto_tools=True, model_output_token_ids=ids)
+        reasoning, content, calls = parser.parse(
+            text, request, enable_auto_tools=True, model_output_token_ids=ids
+        )
         return _result(content, reasoning, [[c.name, c.arguments] for c in calls or []])
 
-    def stream(self, tok: PeerTokenizer, case: dict[str, Any], deltas: list[tuple[str, list[int]]]) -> dict[str, Any]:
+    def stream(
+        self, tok: PeerTokenizer, case: dict[str, Any], deltas: list[tuple[str, list[int]]]
+    ) -> dict[str, Any]:
         request = self.request(case["tools"])
         cls, parser = self.parser(tok, case["reasoning"], case["tool"], request)
         processor = self.stream_cls(request, parser, enable_auto_tools=True, parser_cls=cls)
@@ -203,7 +218,9 @@ class Sglang:
             calls = [[item.name, item.parameters] for item in items]
         return _result(text, reasoning, calls)
 
-    def stream(self, tok: PeerTokenizer, case: dict[str, Any], deltas: list[tuple[str, list[int]]]) -> dict[str, Any]:
+    def stream(
+        self, tok: PeerTokenizer, case: dict[str, Any], deltas: list[tuple[str, list[int]]]
+    ) -> dict[str, Any]:
         reasoning_parser, call_parser = self._parsers(tok, case, stream=True)
         content, reasoning, calls = "", "", []
         for i, (delta, _) in enumerate(deltas):
@@ -253,9 +270,29 @@ def _guarded(fn: Any, *args: Any) -> dict[str, Any]:
         return {"error": f"hang: {exc}"}
     except Exception as exc:  # a peer's crash is data, reported per case
         frame = traceback.extract_tb(exc.__traceback__)[-1]
-        return {"error": f"crash: {type(exc).__name__}: {exc} ({Path(frame.filename).name}:{frame.lineno})"}
+        return {
+            "error": f"crash: {type(exc).__name__}: {exc} ({Path(frame.filename).name}:{frame.lineno})"
+        }
     finally:
         signal.alarm(0)
+
+
+def _timed(
+    peer: Any, tok: PeerTokenizer, case: dict[str, Any], text: str, ids: list[int], deltas: Any
+) -> dict[str, Any]:
+    """Best-of-`repeat` seconds for the whole and the streamed parse (benches/bench_vllm_plugin.py)."""
+    import time
+
+    best = {"whole": float("inf"), "stream": float("inf"), "chunks": len(deltas)}
+    for _ in range(case["repeat"]):
+        for mode, call in (
+            ("whole", lambda: peer.whole(tok, case, text, ids)),
+            ("stream", lambda: peer.stream(tok, case, deltas)),
+        ):
+            started = time.perf_counter()
+            call()
+            best[mode] = min(best[mode], time.perf_counter() - started)
+    return best
 
 
 def main() -> int:
@@ -297,6 +334,9 @@ def main() -> int:
         text = "".join(d for d, _ in deltas)
         ids = [i for _, group in deltas for i in group]
         peer = case["peer"]
+        if case.get("repeat"):
+            print(json.dumps(_timed(vllm, tok, case, text, ids, deltas)), flush=True)
+            continue
         if peer == "sglang":
             whole = _guarded(sglang.whole, tok, case, text)
             stream = _guarded(sglang.stream, tok, case, deltas)

@@ -63,7 +63,9 @@ class _PlaceholderType(type):
         if attr.startswith("__"):
             raise AttributeError(attr)
         _check(f"{cls.__qualname__}.{attr}")
-        child = _PlaceholderType(attr, (_Placeholder,), {"__qualname__": f"{cls.__qualname__}.{attr}"})
+        child = _PlaceholderType(
+            attr, (_Placeholder,), {"__qualname__": f"{cls.__qualname__}.{attr}"}
+        )
         type.__setattr__(cls, attr, child)
         return child
 

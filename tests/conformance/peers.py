@@ -82,7 +82,12 @@ class Driver:
         self.proc: subprocess.Popen[str] | None = None
 
     def _start(self) -> subprocess.Popen[str]:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONWARNINGS": "ignore",
+        }
         proc = subprocess.Popen(
             self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, encoding="utf-8", env=env,
@@ -136,7 +141,11 @@ def ours(fam: Family, dialect: str | None, text: str, deltas: list[str] | None) 
     if deltas is None:
         msg = parse(text, **options)
         calls = [[c.name, c.arguments] for c in msg.tool_calls]
-        return {"content": msg.content or "", "reasoning": msg.reasoning_content or "", "calls": calls}
+        return {
+            "content": msg.content or "",
+            "reasoning": msg.reasoning_content or "",
+            "calls": calls,
+        }
     parser = ChatParser(**options)
     content, thought, by_index = "", "", {}
     for delta in [parser.feed(d) for d in deltas] + [parser.finish()]:
@@ -146,7 +155,11 @@ def ours(fam: Family, dialect: str | None, text: str, deltas: list[str] | None) 
             entry = by_index.setdefault(call.index, ["", ""])
             entry[0] += call.name or ""
             entry[1] += call.arguments
-    return {"content": content, "reasoning": thought, "calls": [by_index[i] for i in sorted(by_index)]}
+    return {
+        "content": content,
+        "reasoning": thought,
+        "calls": [by_index[i] for i in sorted(by_index)],
+    }
 
 
 def _args(text: str) -> Any:
@@ -179,7 +192,9 @@ def difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     if a["calls"] != b["calls"]:
         fields.append("calls")
     if a["reasoning"] != b["reasoning"]:
-        fields.append("reasoning-ws" if a["reasoning"].strip() == b["reasoning"].strip() else "reasoning")
+        fields.append(
+            "reasoning-ws" if a["reasoning"].strip() == b["reasoning"].strip() else "reasoning"
+        )
     if a["content"] != b["content"]:
         fields.append("content-ws" if a["content"].strip() == b["content"].strip() else "content")
     return "+".join(fields) or None
@@ -197,21 +212,35 @@ class Verdicts:
         return Counter(v[mode] for v in self.cases.values())
 
 
-def judge(peer: dict[str, Any], whole_ours: dict[str, Any], stream_ours: dict[str, Any]) -> dict[str, str]:
+def judge(
+    peer: dict[str, Any], whole_ours: dict[str, Any], stream_ours: dict[str, Any]
+) -> dict[str, str]:
     pw, ps = normal(peer["whole"]), normal(peer["stream"])
     verdict: dict[str, str] = {}
-    for mode, theirs, mine, other in (("whole", pw, whole_ours, ps), ("stream", ps, stream_ours, pw)):
+    for mode, theirs, mine, other in (
+        ("whole", pw, whole_ours, ps),
+        ("stream", ps, stream_ours, pw),
+    ):
         if "error" in theirs:
             verdict[mode] = "peer bug: " + theirs["error"].split(":")[0]
-        elif "error" not in other and difference(theirs, other) and difference(theirs, mine) and not difference(other, mine):
+        elif (
+            "error" not in other
+            and difference(theirs, other)
+            and difference(theirs, mine)
+            and not difference(other, mine)
+        ):
             # The peer's two modes disagree and shakedown gives the other mode's answer.
-            verdict[mode] = f"peer bug: {mode} disagrees with its own {'stream' if mode == 'whole' else 'whole'}"
+            verdict[mode] = (
+                f"peer bug: {mode} disagrees with its own {'stream' if mode == 'whole' else 'whole'}"
+            )
         else:
             verdict[mode] = difference(theirs, mine) or "pass"
     return verdict
 
 
-def run(families: tuple[Family, ...], python: str, seeds: range = SEEDS) -> dict[str, dict[str, Verdicts]]:
+def run(
+    families: tuple[Family, ...], python: str, seeds: range = SEEDS
+) -> dict[str, dict[str, Verdicts]]:
     """Verdicts per family name, per peer ('vllm', 'sglang', 'plugin')."""
     use_dialects = dialects()
     drivers = {"peers": Driver(python), "plugin": Driver(python, plugin=True)}
@@ -234,12 +263,18 @@ def run(families: tuple[Family, ...], python: str, seeds: range = SEEDS) -> dict
                     answer = drivers["plugin" if peer == "plugin" else "peers"].ask(request)
                     deltas = answer["deltas"] or [text]
                     text = "".join(deltas)
-                    mine = (normal(ours(fam, dialect, text, None)), normal(ours(fam, dialect, text, deltas)))
+                    mine = (
+                        normal(ours(fam, dialect, text, None)),
+                        normal(ours(fam, dialect, text, deltas)),
+                    )
                     if peer == "plugin":
                         # Through vLLM's interface shakedown must answer as it does here, but
                         # for the one rule vLLM's Parser.parse adds to whole answers.
                         expect = (vllm_whole(mine[0]), mine[1])
-                        verdict = {m: difference(normal(answer[m]), r) or "pass" for m, r in zip(("whole", "stream"), expect)}
+                        verdict = {
+                            m: difference(normal(answer[m]), r) or "pass"
+                            for m, r in zip(("whole", "stream"), expect)
+                        }
                     else:
                         verdict = judge(answer, *mine)
                     verdicts.cases[seed] = verdict
@@ -256,7 +291,10 @@ def run(families: tuple[Family, ...], python: str, seeds: range = SEEDS) -> dict
 
 def pinned(report: dict[str, dict[str, Verdicts]]) -> dict[str, Any]:
     return {
-        fam: {peer: {str(seed): v for seed, v in sorted(verdicts.cases.items())} for peer, verdicts in peers.items()}
+        fam: {
+            peer: {str(seed): v for seed, v in sorted(verdicts.cases.items())}
+            for peer, verdicts in peers.items()
+        }
         for fam, peers in report.items()
     }
 
@@ -286,15 +324,29 @@ def table(report: dict[str, dict[str, Verdicts]], dialect_note: str) -> str:
             whole, stream = verdicts.count("whole"), verdicts.count("stream")
             diffs = []
             for mode_counts in (whole, stream):
-                kinds = [f"{k} {c}" for k, c in sorted(mode_counts.items()) if k != "pass" and not k.startswith("peer bug")]
+                kinds = [
+                    f"{k} {c}"
+                    for k, c in sorted(mode_counts.items())
+                    if k != "pass" and not k.startswith("peer bug")
+                ]
                 diffs.append(", ".join(kinds) or "—")
-            bugs = sorted({v for c in verdicts.cases.values() for v in c.values() if v.startswith("peer bug")})
-            bug_count = sum(1 for c in verdicts.cases.values() for v in c.values() if v.startswith("peer bug"))
-            dialect = ("vllm" if peer == "plugin" else peer) if dialect_note == "matching" else "dynamo"
-            label = "vLLM + shakedown plugin" if peer == "plugin" else {"vllm": "vLLM", "sglang": "SGLang"}[peer]
+            bugs = sorted(
+                {v for c in verdicts.cases.values() for v in c.values() if v.startswith("peer bug")}
+            )
+            bug_count = sum(
+                1 for c in verdicts.cases.values() for v in c.values() if v.startswith("peer bug")
+            )
+            dialect = (
+                ("vllm" if peer == "plugin" else peer) if dialect_note == "matching" else "dynamo"
+            )
+            label = (
+                "vLLM + shakedown plugin"
+                if peer == "plugin"
+                else {"vllm": "vLLM", "sglang": "SGLang"}[peer]
+            )
             lines.append(
                 f"| {fam} | {label} | {dialect} | {whole['pass']}/{n} | {stream['pass']}/{n} | "
-                f"{diffs[0]} / {diffs[1]} | {bug_count and f'{bug_count}: ' + '; '.join(b[10:] for b in bugs) or '—'} |"
+                f"{diffs[0]} / {diffs[1]} | {(bug_count and f'{bug_count}: ' + '; '.join(b[10:] for b in bugs)) or '—'} |"
             )
             totals[f"{peer} cases"] += 2 * n
             totals[f"{peer} pass"] += whole["pass"] + stream["pass"]
@@ -306,7 +358,9 @@ def table(report: dict[str, dict[str, Verdicts]], dialect_note: str) -> str:
     return "\n".join(lines) + f"\n\nCases × modes: {summary}.\n"
 
 
-def _cases(report: dict[str, dict[str, Verdicts]]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+def _cases(
+    report: dict[str, dict[str, Verdicts]],
+) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
     for fam, peers in report.items():
         for peer, verdicts in peers.items():
             for kind, example in verdicts.examples.items():
@@ -314,8 +368,12 @@ def _cases(report: dict[str, dict[str, Verdicts]]) -> Iterator[tuple[str, str, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--write", action="store_true", help="pin the verdicts and rewrite the docs section")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--write", action="store_true", help="pin the verdicts and rewrite the docs section"
+    )
     ap.add_argument("--family", action="append", help="only these families")
     ap.add_argument("--examples", action="store_true", help="print one example per difference")
     args = ap.parse_args(argv)
@@ -327,9 +385,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"({time.monotonic() - started:.0f} s)")
     if args.examples:
         for fam, peer, kind, example in _cases(report):
-            print(json.dumps({"family": fam, "peer": peer, "kind": kind, **example}, ensure_ascii=False))
+            print(
+                json.dumps(
+                    {"family": fam, "peer": peer, "kind": kind, **example}, ensure_ascii=False
+                )
+            )
     if args.write:
         EXPECTED.write_text(json.dumps(pinned(report), indent=1, sort_keys=True) + "\n")
+        doc = DOC.read_text()
+        start, end = "<!-- conformance-table -->\n", "<!-- /conformance-table -->"
+        if start in doc and end in doc:
+            head, rest = doc.split(start, 1)
+            DOC.write_text(head + start + table(report, note) + rest[rest.index(end) :])
     return 0
 
 

@@ -17,9 +17,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import peers  # noqa: E402
+import peers
 
-from shakedown.parity import wellformed  # noqa: E402
+from shakedown.parity import wellformed
 
 
 @pytest.fixture(scope="module")
@@ -39,18 +39,24 @@ def expected() -> dict[str, Any]:
 
 
 @pytest.mark.timeout(900)
-def test_no_pinned_agreement_is_lost(report: dict[str, dict[str, peers.Verdicts]], expected: dict[str, Any]) -> None:
+def test_no_pinned_agreement_is_lost(
+    report: dict[str, dict[str, peers.Verdicts]], expected: dict[str, Any]
+) -> None:
     assert peers.regressions(report, expected) == []
 
 
-def test_every_family_meets_every_peer_that_has_it(report: dict[str, dict[str, peers.Verdicts]]) -> None:
+def test_every_family_meets_every_peer_that_has_it(
+    report: dict[str, dict[str, peers.Verdicts]],
+) -> None:
     for fam in wellformed.FAMILIES:
         for peer in ("vllm", "sglang"):
             if getattr(fam, peer) is not None:
                 assert len(report[fam.name][peer].cases) == len(peers.SEEDS), (fam.name, peer)
 
 
-def test_plugin_answers_as_shakedown(report: dict[str, dict[str, peers.Verdicts]], expected: dict[str, Any]) -> None:
+def test_plugin_answers_as_shakedown(
+    report: dict[str, dict[str, peers.Verdicts]], expected: dict[str, Any]
+) -> None:
     """Through vLLM's serving-side Parser the plugin answers as shakedown does, except where
     vLLM's composition itself decides (pinned; docs/parsers.md says which)."""
 
@@ -66,7 +72,9 @@ def test_plugin_answers_as_shakedown(report: dict[str, dict[str, peers.Verdicts]
     assert deviations(peers.pinned(report)) == deviations(expected)
 
 
-def test_peer_bugs_are_pinned(report: dict[str, dict[str, peers.Verdicts]], expected: dict[str, Any]) -> None:
+def test_peer_bugs_are_pinned(
+    report: dict[str, dict[str, peers.Verdicts]], expected: dict[str, Any]
+) -> None:
     """The peers are pinned releases: the cases where they contradict themselves, crash or hang
     are facts of those releases (and of the driver's calling sequence), so they must not move."""
 
@@ -89,12 +97,17 @@ def test_a_wrong_answer_is_caught() -> None:
     same = {"content": "a", "reasoning": "", "calls": [["f", '{"x": 1}']]}
     other = {"content": "a", "reasoning": "", "calls": [["f", '{"x": 2}']]}
     n = peers.normal
-    assert peers.judge({"whole": same, "stream": same}, n(other), n(other)) == {"whole": "calls", "stream": "calls"}
+    assert peers.judge({"whole": same, "stream": same}, n(other), n(other)) == {
+        "whole": "calls",
+        "stream": "calls",
+    }
     assert peers.judge({"whole": same, "stream": other}, n(same), n(same)) == {
         "whole": "pass",
         "stream": "peer bug: stream disagrees with its own whole",
     }
-    assert peers.judge({"whole": {"error": "crash: KeyError"}, "stream": same}, n(same), n(same)) == {
+    assert peers.judge(
+        {"whole": {"error": "crash: KeyError"}, "stream": same}, n(same), n(same)
+    ) == {
         "whole": "peer bug: crash",
         "stream": "pass",
     }

@@ -34,6 +34,8 @@ from shakedown.parsers import (
 _tool_parsers = importlib.import_module("vllm.tool_parsers")
 _reasoning = importlib.import_module("vllm.reasoning")
 _protocol = importlib.import_module("vllm.entrypoints.generate.base.protocol")
+_ToolParserBase: Any = _tool_parsers.ToolParser
+_ReasoningParserBase: Any = _reasoning.ReasoningParser
 
 DIALECT = "vllm"
 
@@ -70,10 +72,12 @@ def _delta_message(delta: Delta) -> Any:
         )
         for call in delta.calls
     ]
-    return _protocol.DeltaMessage(content=delta.content, reasoning=delta.reasoning_content, tool_calls=calls)
+    return _protocol.DeltaMessage(
+        content=delta.content, reasoning=delta.reasoning_content, tool_calls=calls
+    )
 
 
-class ShakedownToolParser(_tool_parsers.ToolParser):  # type: ignore[misc]
+class ShakedownToolParser(_ToolParserBase):  # type: ignore[misc]
     """vLLM's ToolParser interface over one shakedown tool-call family (set by subclasses)."""
 
     family = ""
@@ -89,7 +93,8 @@ class ShakedownToolParser(_tool_parsers.ToolParser):  # type: ignore[misc]
         message = parse(model_output, tool_call=self.family, tools=tools, **_DIALECT)
         calls = [
             _protocol.ToolCall(
-                id=call.id, function=_protocol.FunctionCall(name=call.name, arguments=call.arguments)
+                id=call.id,
+                function=_protocol.FunctionCall(name=call.name, arguments=call.arguments),
             )
             for call in message.tool_calls
         ]
@@ -121,7 +126,7 @@ class ShakedownToolParser(_tool_parsers.ToolParser):  # type: ignore[misc]
         return _delta_message(self._stream.finish())
 
 
-class ShakedownReasoningParser(_reasoning.ReasoningParser):  # type: ignore[misc]
+class ShakedownReasoningParser(_ReasoningParserBase):  # type: ignore[misc]
     """vLLM's ReasoningParser interface over one shakedown reasoning family (set by subclasses).
 
     Reasoning has ended, for vLLM, once the parser has released content. Token-level questions
@@ -181,7 +186,9 @@ class ShakedownReasoningParser(_reasoning.ReasoningParser):  # type: ignore[misc
         return len(token_ids) if first is None else first
 
     def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:
-        message = parse(model_output, reasoning=self.family, in_reasoning=self._in_reasoning, **_DIALECT)
+        message = parse(
+            model_output, reasoning=self.family, in_reasoning=self._in_reasoning, **_DIALECT
+        )
         return message.reasoning_content or None, message.content or None
 
     def extract_reasoning_streaming(
@@ -212,7 +219,11 @@ class ShakedownReasoningParser(_reasoning.ReasoningParser):  # type: ignore[misc
 
 def _known(names: Iterable[str], registry: Callable[[], dict[str, list[str]]]) -> dict[str, str]:
     """vLLM's names that shakedown answers to, each with shakedown's canonical family."""
-    aliases = {alias.lower(): family for family, names_ in registry().items() for alias in [family, *names_]}
+    aliases = {
+        alias.lower(): family
+        for family, names_ in registry().items()
+        for alias in [family, *names_]
+    }
     return {name: aliases[name.lower()] for name in names if name.lower() in aliases}
 
 
@@ -223,7 +234,9 @@ def _register() -> None:
         tool_manager.register_module(name=name, module=cls)
     reasoning_manager = _reasoning.ReasoningParserManager
     for name, family in _known(reasoning_manager.list_registered(), reasoning_parsers).items():
-        cls = type(f"Shakedown_{family}_ReasoningParser", (ShakedownReasoningParser,), {"family": family})
+        cls = type(
+            f"Shakedown_{family}_ReasoningParser", (ShakedownReasoningParser,), {"family": family}
+        )
         reasoning_manager.register_module(name=name, module=cls)
 
 

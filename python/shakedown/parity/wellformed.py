@@ -49,7 +49,19 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 
-WORDS = ("Sure", "the", "weather", "in", "Paris", "is", "mild", "today", "I", "will", "check")
+WORDS: tuple[str, ...] = (
+    "Sure",
+    "the",
+    "weather",
+    "in",
+    "Paris",
+    "is",
+    "mild",
+    "today",
+    "I",
+    "will",
+    "check",
+)
 WORDS += ("Grüße", "東京", "👋", "naïve", "½", "it's", "42", "ok", "first", "then")
 CITIES = ("Paris", "New York", "Zürich", "東京", "São Paulo", "Köln")
 QUERIES = ("best pizza", "weather radar", "how to tie a tie", "日本語 news", 'say "hi"')
@@ -97,7 +109,10 @@ Render = Callable[[random.Random, Sequence[Call]], str]
 
 
 def _hermes(rng: random.Random, calls: Sequence[Call]) -> str:
-    body = (f'<tool_call>\n{{"name": "{c.name}", "arguments": {_json(c.args)}}}\n</tool_call>' for c in calls)
+    body = (
+        f'<tool_call>\n{{"name": "{c.name}", "arguments": {_json(c.args)}}}\n</tool_call>'
+        for c in calls
+    )
     return "\n".join(body)
 
 
@@ -148,7 +163,9 @@ def _dsml(block: str) -> Render:
             out.append(f'<{tag}invoke name="{c.name}">\n')
             for k, v in c.args.items():
                 flag = "true" if isinstance(v, str) else "false"
-                out.append(f'<{tag}parameter name="{k}" string="{flag}">{_value(v)}</{tag}parameter>\n')
+                out.append(
+                    f'<{tag}parameter name="{k}" string="{flag}">{_value(v)}</{tag}parameter>\n'
+                )
             out.append(f"</{tag}invoke>\n")
         return "".join(out) + f"</{tag}{block}>"
 
@@ -188,7 +205,9 @@ def _kimi_k2(rng: random.Random, calls: Sequence[Call]) -> str:
 def _minimax_m2(rng: random.Random, calls: Sequence[Call]) -> str:
     out = ["<minimax:tool_call>\n"]
     for c in calls:
-        params = "".join(f'<parameter name="{k}">{_value(v)}</parameter>\n' for k, v in c.args.items())
+        params = "".join(
+            f'<parameter name="{k}">{_value(v)}</parameter>\n' for k, v in c.args.items()
+        )
         out.append(f'<invoke name="{c.name}">\n{params}</invoke>\n')
     return "".join(out) + "</minimax:tool_call>"
 
@@ -197,7 +216,8 @@ def _step3(rng: random.Random, calls: Sequence[Call]) -> str:
     body = ""
     for c in calls:
         params = "".join(
-            f'<steptml:parameter name="{k}">{_value(v)}</steptml:parameter>' for k, v in c.args.items()
+            f'<steptml:parameter name="{k}">{_value(v)}</steptml:parameter>'
+            for k, v in c.args.items()
         )
         invoke = f'<steptml:invoke name="{c.name}">{params}</steptml:invoke>'
         body += f"<｜tool_call_begin｜>function<｜tool_sep｜>{invoke}<｜tool_call_end｜>"
@@ -232,12 +252,18 @@ def _seed_oss(rng: random.Random, calls: Sequence[Call]) -> str:
 
 
 def _longcat(rng: random.Random, calls: Sequence[Call]) -> str:
-    body = (f'<longcat_tool_call>{{"name": "{c.name}", "arguments": {_json(c.args)}}}</longcat_tool_call>' for c in calls)
+    body = (
+        f'<longcat_tool_call>{{"name": "{c.name}", "arguments": {_json(c.args)}}}</longcat_tool_call>'
+        for c in calls
+    )
     return "\n".join(body)
 
 
 def _internlm(rng: random.Random, calls: Sequence[Call]) -> str:
-    body = (f'<|action_start|><|plugin|>\n{{"name": "{c.name}", "parameters": {_json(c.args)}}}<|action_end|>' for c in calls)
+    body = (
+        f'<|action_start|><|plugin|>\n{{"name": "{c.name}", "parameters": {_json(c.args)}}}<|action_end|>'
+        for c in calls
+    )
     return "\n".join(body)
 
 
@@ -348,9 +374,15 @@ def family(name: str) -> Family:
     raise KeyError(name)
 
 
-def generate(fam: Family, seed: int) -> str:
-    """One well-formed output of `fam`, named by `seed`."""
+def generate(fam: Family, seed: int, *, long_content: int = 0) -> str:
+    """One well-formed output of `fam`, named by `seed`; `long_content` sentences of content
+    lead it (for timing)."""
     rng = random.Random(f"{fam.name}:{seed}")
+    if long_content:
+        lead = " ".join(_sentence(rng) for _ in range(long_content))
+        tail = fam.render(rng, [_call(rng), _call(rng)]) if fam.render else ""
+        reasoning = f"{fam.reasoning.start}{_text(rng)}{fam.reasoning.end}" if fam.reasoning else ""
+        return f"{reasoning}{lead}\n{tail}"
     out = ""
     if fam.reasoning is not None and rng.random() < 0.85:
         start = "" if fam.reasoning.starts_inside and rng.random() < 0.5 else fam.reasoning.start
