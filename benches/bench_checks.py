@@ -20,12 +20,11 @@ import argparse
 import http.client
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from bench_endpoint import start_server
 from shakedown.checks import Settings, run_checks, run_suite
 from shakedown.checks.client import Client
 from shakedown.checks.suite import suite_from_table
@@ -40,21 +39,6 @@ BODY = {
 }
 
 
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shakedown", "serve"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if not line.startswith("OPENAI_BASE_URL="):
-        proc.kill()
-        raise RuntimeError(f"shakedown serve printed {line!r}")
-    return proc, line.split("=", 1)[1]
-
-
 def per_request(run: object, n: int) -> float:
     start = time.perf_counter()
     run()  # type: ignore[operator]
@@ -67,7 +51,8 @@ def main() -> None:
     parser.add_argument("--suites", type=int, default=20)
     args = parser.parse_args()
     n = args.requests
-    proc, url = start_server()
+    proc, port = start_server()
+    url = f"http://127.0.0.1:{port}/v1"
     try:
         parts = urlsplit(url)
         body = json.dumps(BODY).encode()
