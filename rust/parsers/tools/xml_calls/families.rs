@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use super::tagged::{Format, ValueTyping, DSML_KEY_ENDS, SCHEMA_TYPED};
+use super::tagged::{Format, ValueTyping, SCHEMA_TYPED};
 
 /// Qwen3-Coder's grammar inside another block tag (Seed-OSS, ZAYA1).
 const fn qwen3_coder_in(block_open: &'static str, block_close: &'static str) -> Format {
@@ -218,6 +218,71 @@ pub(super) static MINICPM5: Format = Format {
     key_ends: SCHEMA_TYPED,
     value_open: None,
     param_close: "</param>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    doubled_namespace: false,
+    tables: OnceLock::new(),
+};
+
+pub(super) static MINIMAX_M2: Format = Format {
+    block_open: "<minimax:tool_call>",
+    block_close: "</minimax:tool_call>",
+    invoke_open: Some("<invoke name=\""),
+    head_end: "\">",
+    invoke_close: "</invoke>",
+    param_open: "<parameter name=\"",
+    key_ends: SCHEMA_TYPED,
+    value_open: None,
+    param_close: "</parameter>",
+    trim_newlines: false,
+    value_ends_at_next_tag: false,
+    doubled_namespace: false,
+    tables: OnceLock::new(),
+};
+
+pub(super) const DSML_KEY_ENDS: &[(&str, ValueTyping)] = &[
+    ("\" string=\"true\">", ValueTyping::Text),
+    ("\" string=\"false\">", ValueTyping::Json),
+    ("\">", ValueTyping::Schema),
+];
+
+pub(super) static DEEPSEEK_V3_2: Format =
+    dsml("<｜DSML｜function_calls>", "</｜DSML｜function_calls>");
+
+/// DeepSeek V4 differs from V3.2 only in the outer tag.
+pub(super) static DEEPSEEK_V4: Format = dsml("<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>");
+
+/// DeepSeek's DSML tags inside the outer block tag.
+const fn dsml(block_open: &'static str, block_close: &'static str) -> Format {
+    Format {
+        block_open,
+        block_close,
+        invoke_open: Some("<｜DSML｜invoke name=\""),
+        head_end: "\">",
+        invoke_close: "</｜DSML｜invoke>",
+        param_open: "<｜DSML｜parameter name=\"",
+        key_ends: DSML_KEY_ENDS,
+        value_open: None,
+        param_close: "</｜DSML｜parameter>",
+        trim_newlines: false,
+        value_ends_at_next_tag: false,
+        doubled_namespace: false,
+        tables: OnceLock::new(),
+    }
+}
+
+/// Step-3 wraps each invoke in `<｜tool_call_begin｜>function<｜tool_sep｜>…<｜tool_call_end｜>`;
+/// that wrapper sits between invokes, where text is skipped anyway.
+pub(super) static STEP3: Format = Format {
+    block_open: "<｜tool_calls_begin｜>",
+    block_close: "<｜tool_calls_end｜>",
+    invoke_open: Some("<steptml:invoke name=\""),
+    head_end: "\">",
+    invoke_close: "</steptml:invoke>",
+    param_open: "<steptml:parameter name=\"",
+    key_ends: SCHEMA_TYPED,
+    value_open: None,
+    param_close: "</steptml:parameter>",
     trim_newlines: false,
     value_ends_at_next_tag: false,
     doubled_namespace: false,
