@@ -211,6 +211,14 @@ impl ChatParser {
     pub fn errors(&self) -> &[ParseError] {
         self.sink.errors()
     }
+
+    /// The reasoning stage alone: content comes out as text (the tool family's
+    /// start markers still end reasoning), for a server that runs its own tool
+    /// stage on it (the pipeline's copy of Dynamo's tool-call jail).
+    pub fn without_tool_stage(mut self) -> Self {
+        self.tools = None;
+        self
+    }
 }
 
 /// Parse a whole output at once. Calls come out whole; the result equals the

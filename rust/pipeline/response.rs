@@ -12,10 +12,11 @@ use super::chunks::{self, ChatDelta, ChatMessage, CompletionChoice, Envelope, Us
 use super::detok::Detokenizer;
 use super::error::write_flat_body;
 use super::frames::{parse_frame, EngineOutput, Frame};
+use super::jail::{JailRules, Parsed, Released, ToolJail};
 use super::logprobs::{self, TokenLogprob};
 use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
-use crate::parsers::{ChatParser, Delta};
+use crate::parsers::{CallDelta, ChatParser, Delta};
 
 /// The message Dynamo shows for any engine failure (the engine's own text stays inside).
 pub const INTERNAL_ERROR: &str = "Internal server error";
@@ -33,6 +34,8 @@ struct Choice {
     held_calls: Vec<crate::parsers::CallDelta>,
     /// A forced tool choice: the answer text, released only if no call was parsed.
     jailed: String,
+    /// Tools in play (not forced): Dynamo's tool-call jail on the content.
+    jail: Option<ToolJail>,
     /// The last text the reasoning stage released was reasoning (not answer).
     in_reasoning: bool,
     // Unary fold.
@@ -242,10 +245,31 @@ impl ResponseState {
             return slot;
         }
         let parsers = self.plan.parsers.as_ref();
+        // Dynamo jails the content of a chat answer with tools in play; a forced
+        // tool choice holds the whole answer instead (see `emit`).
+        let jail = parsers
+            .filter(|_| self.plan.surface == Surface::Chat && !self.plan.tool_choice.forces_calls())
+            .and_then(|spec| {
+                let family = spec.tool_call?;
+                let markers = family.build(spec.tools.clone()).start_markers();
+                Some(ToolJail::new(
+                    JailRules::for_family(family.name(), markers),
+                    spec,
+                ))
+            });
+        let parser = parsers.map(|spec| {
+            let parser = ChatParser::from_spec(spec);
+            if jail.is_some() {
+                parser.without_tool_stage()
+            } else {
+                parser
+            }
+        });
         self.choices.push(Choice {
             index,
             detok: Detokenizer::new(self.tokenizer.clone(), self.plan.decode.clone()),
-            parser: parsers.map(ChatParser::from_spec),
+            parser,
+            jail,
             first: true,
             finished: false,
             had_calls: false,
@@ -325,6 +349,9 @@ impl ResponseState {
                 }
             }
             None => self.delta.content.push_str(&self.piece),
+        }
+        if choice.jail.is_some() {
+            return self.emit_jailed(slot, tokens, finish, ending, answered, out);
         }
         // Dynamo jails the whole answer of a forced tool choice and decides at the end.
         let mut finish = finish;
@@ -481,6 +508,180 @@ impl ResponseState {
             chunks::write_chat_chunk(out, &env, index, &trail, finish, None, usage);
         }
         sse::end_event(out);
+    }
+}
+
+impl ResponseState {
+    /// `emit` for a choice under Dynamo's tool-call jail: the content goes through
+    /// the jail; what it releases goes out as the reference orders it — the parsed
+    /// held text first, then text after the jail's end, then text that never
+    /// entered it — each as its own chunk. While text is held, the piece's finish
+    /// reason waits for the release at the end.
+    fn emit_jailed(
+        &mut self,
+        slot: usize,
+        tokens: u32,
+        finish: Option<&'static str>,
+        ending: bool,
+        answered: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let choice = &mut self.choices[slot];
+        let jail = choice.jail.as_mut().expect("a jailed choice");
+        let mut released = Released::default();
+        jail.feed(&self.delta.content, &mut released);
+        let held = jail.is_holding();
+        // The output ended with text held: the reference releases it after the piece.
+        let finalized = if ending { jail.finish() } else { None };
+        count_reasoning(choice, &self.delta, tokens, answered);
+        let parallel = self.plan.parallel_tool_calls;
+        let mut parts: Vec<JailedPart> = Vec::with_capacity(4);
+        if let Some(parsed) = released.parsed.take() {
+            parts.push(JailedPart::parsed(parsed, finish, parallel));
+        }
+        if !released.trailing.is_empty() {
+            parts.push(JailedPart::text(
+                std::mem::take(&mut released.trailing),
+                finish,
+            ));
+        }
+        let reasoning = std::mem::take(&mut self.delta.reasoning);
+        let passed = std::mem::take(&mut released.passed);
+        // The piece's own chunk: text that passed, its reasoning, or (nothing held,
+        // nothing released) the bare finish reason.
+        if !passed.is_empty() || !reasoning.is_empty() || (parts.is_empty() && !held) {
+            parts.push(JailedPart {
+                content: (!passed.is_empty()).then_some(passed),
+                calls: Vec::new(),
+                finish,
+                reasoning: (!reasoning.is_empty()).then_some(reasoning),
+            });
+        }
+        if let Some(parsed) = finalized {
+            parts.push(JailedPart::parsed(parsed, finish, parallel));
+        }
+        if ending {
+            choice.finished = true;
+        }
+        let mut logprobs = std::mem::take(&mut self.logprobs);
+        for part in parts {
+            let choice = &mut self.choices[slot];
+            choice.had_calls |= !part.calls.is_empty();
+            // Dynamo rewrites `stop` on any chunk of a choice that had calls.
+            let finish = part.finish.map(|f| match f {
+                "stop" if choice.had_calls => "tool_calls",
+                other => other,
+            });
+            if ending && finish.is_some() {
+                choice.finish_reason = finish;
+            }
+            if !self.plan.stream {
+                choice.logprobs.append(&mut logprobs);
+                if let Some(text) = &part.content {
+                    choice.content.push_str(text);
+                }
+                if let Some(text) = &part.reasoning {
+                    choice.reasoning.push_str(text);
+                }
+                choice
+                    .calls
+                    .extend(part.calls.into_iter().map(|c| WholeCall {
+                        id: c.id.unwrap_or_default(),
+                        name: c.name.unwrap_or_default(),
+                        arguments: c.arguments,
+                    }));
+                continue;
+            }
+            let index = choice.index;
+            let text_empty = part.content.as_deref().is_none_or(str::is_empty);
+            // Answer text the jail swallowed makes no chunk: the role rides on the next.
+            if answered
+                && part.calls.is_empty()
+                && text_empty
+                && part.reasoning.is_none()
+                && finish.is_none()
+            {
+                continue;
+            }
+            let role = std::mem::take(&mut choice.first);
+            let running = self.plan.continuous_usage.then(|| Usage {
+                reasoning_tokens: self.reasoning_tokens(),
+                ..self.usage
+            });
+            let rendered = logprobs::render(self.plan.surface, &logprobs);
+            logprobs.clear();
+            let env = self.envelope();
+            let content = if part.calls.is_empty() {
+                part.content.as_deref().and_then(non_empty)
+            } else {
+                part.content.as_deref()
+            };
+            let delta = ChatDelta {
+                content,
+                tool_calls: &part.calls,
+                role,
+                reasoning: part.reasoning.as_deref(),
+            };
+            if delta.is_empty() && finish.is_none() && rendered.is_none() {
+                continue;
+            }
+            sse::begin_event(out);
+            chunks::write_chat_chunk(
+                out,
+                &env,
+                index,
+                &delta,
+                finish,
+                rendered.as_deref(),
+                running.as_ref(),
+            );
+            sse::end_event(out);
+        }
+    }
+}
+
+/// One chunk the jail's release makes.
+struct JailedPart {
+    content: Option<String>,
+    calls: Vec<CallDelta>,
+    finish: Option<&'static str>,
+    reasoning: Option<String>,
+}
+
+impl JailedPart {
+    /// Held text, parsed: its calls (their indexes count from 0 per release, and
+    /// the chunk has no finish reason), or the text as it was.
+    fn parsed(parsed: Parsed, finish: Option<&'static str>, parallel: bool) -> Self {
+        let Parsed { calls, content } = parsed;
+        if calls.is_empty() {
+            return Self::text(content, finish);
+        }
+        let calls = calls
+            .into_iter()
+            .enumerate()
+            .filter(|&(index, _)| parallel || index == 0)
+            .map(|(index, call)| CallDelta {
+                index,
+                id: Some(call.id),
+                name: Some(call.name),
+                arguments: call.arguments,
+            })
+            .collect();
+        Self {
+            content: Some(content),
+            calls,
+            finish: None,
+            reasoning: None,
+        }
+    }
+
+    fn text(content: String, finish: Option<&'static str>) -> Self {
+        Self {
+            content: Some(content),
+            calls: Vec::new(),
+            finish,
+            reasoning: None,
+        }
     }
 }
 

@@ -1,0 +1,243 @@
+//! Dynamo 1.6.1's tool-call jail, as its frontend runs it on each choice's content
+//! (after the reasoning parser): text streams through until a start trigger, then
+//! everything is held until the family's end marker (or a whole parse finds calls),
+//! and the held text is parsed at once and released in one piece.
+//!
+//! Start triggers, per content piece (one engine frame's text):
+//! - a complete start marker anywhere: the text before it passes, the rest is held;
+//! - a proper prefix of a start marker ending the piece: held aside, and joined to
+//!   the next piece (`<to` + `ol_call>`);
+//! - otherwise the family's start heuristic on the held prefix plus the piece
+//!   ([`Trigger`]).
+//!
+//! At the end of output whatever is held (a marker prefix included) is parsed and
+//! released with the finish reason. Only the pipeline (which reproduces the
+//! reference) uses this module; the standalone parsers stream calls as they close.
+
+use crate::parsers::chat::{parse_with, ChatParserSpec};
+use crate::parsers::ToolCall;
+
+/// How a family's start is guessed from a piece of text when no marker matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    /// JSON families: a start marker or a prefix of one (three bytes or more
+    /// anywhere, shorter ones at the end), or any `{` / `[`.
+    Json,
+    /// Marker families: a start marker, or a prefix of one ending the text.
+    Marker,
+    /// Pythonic: any `[`.
+    Pythonic,
+}
+
+/// One family's jail: its start and end markers and its start heuristic.
+#[derive(Debug, Clone, Copy)]
+pub struct JailRules {
+    starts: &'static [&'static str],
+    ends: &'static [&'static str],
+    trigger: Trigger,
+}
+
+impl JailRules {
+    /// The rules for a tool-call family (by canonical name); `markers` are the
+    /// family parser's start markers, used for families the table does not name.
+    pub fn for_family(name: &str, markers: &'static [&'static str]) -> Self {
+        let (starts, ends, trigger): (&'static [&'static str], &'static [&'static str], _) =
+            match name {
+                "hermes" | "qwen25" => (&["<tool_call>"], &["</tool_call>"], Trigger::Json),
+                "default" | "nemotron_deci" => (&["<TOOLCALL>"], &["</TOOLCALL>"], Trigger::Json),
+                "mistral" => (&["[TOOL_CALLS]"], &[], Trigger::Json),
+                "llama3_json" => (&["<|python_tag|>"], &[], Trigger::Json),
+                "phi4" => (&["functools"], &[], Trigger::Json),
+                "pythonic" => (&[], &[], Trigger::Pythonic),
+                "qwen3_coder" => (&["<tool_call>"], &["</tool_call>"], Trigger::Marker),
+                "kimi_k2" => (
+                    &["<|tool_calls_section_begin|>"],
+                    &["<|tool_calls_section_end|>"],
+                    Trigger::Marker,
+                ),
+                "deepseek_v3" | "deepseek_v3_1" => (
+                    &["<｜tool▁calls▁begin｜>"],
+                    &["<｜tool▁calls▁end｜>"],
+                    Trigger::Marker,
+                ),
+                _ => (markers, &[], Trigger::Marker),
+            };
+        Self {
+            starts,
+            ends,
+            trigger,
+        }
+    }
+
+    /// The family's start heuristic (the reference's `detect_tool_call_start`).
+    fn detects_start(&self, text: &str) -> bool {
+        match self.trigger {
+            Trigger::Json => {
+                let text = text.trim();
+                !text.is_empty()
+                    && (text.contains(['{', '['])
+                        || self.starts.iter().any(|m| {
+                            text.contains(m)
+                                || prefixes(m).any(|p| {
+                                    text == p
+                                        || (p.len() >= 3 && text.contains(p))
+                                        || text.ends_with(p)
+                                })
+                        }))
+            }
+            Trigger::Marker => self
+                .starts
+                .iter()
+                .any(|m| text.contains(m) || prefixes(m).any(|p| text.ends_with(p))),
+            Trigger::Pythonic => text.trim().contains('['),
+        }
+    }
+
+    /// Where the leftmost start marker begins, and its length.
+    fn find_start(&self, text: &str) -> Option<(usize, usize)> {
+        self.starts
+            .iter()
+            .filter_map(|m| text.find(m).map(|at| (at, m.len())))
+            .min_by_key(|&(at, _)| at)
+    }
+
+    /// The earliest suffix of `text` that is a proper prefix of a start marker.
+    fn partial_suffix(&self, text: &str) -> Option<usize> {
+        text.char_indices().map(|(i, _)| i).find(|&i| {
+            let tail = &text[i..];
+            self.starts
+                .iter()
+                .any(|m| m.len() > tail.len() && m.starts_with(tail))
+        })
+    }
+}
+
+/// The non-empty proper prefixes of a marker, on char boundaries.
+fn prefixes(marker: &str) -> impl Iterator<Item = &str> {
+    marker
+        .char_indices()
+        .skip(1)
+        .map(move |(i, _)| &marker[..i])
+}
+
+/// What the jail lets out of one piece, in the order the reference sends it.
+#[derive(Debug, Default)]
+pub struct Released {
+    /// The held text, parsed: calls (with the text around them), or, with no
+    /// calls, the held text as it was.
+    pub parsed: Option<Parsed>,
+    /// Text after the end of the jail, in the same piece.
+    pub trailing: String,
+    /// Text that never entered the jail.
+    pub passed: String,
+}
+
+#[derive(Debug)]
+pub struct Parsed {
+    pub calls: Vec<ToolCall>,
+    pub content: String,
+}
+
+/// One choice's jail.
+pub struct ToolJail {
+    rules: JailRules,
+    /// The tool stage alone, to parse held text whole.
+    tools: ChatParserSpec,
+    jailed: bool,
+    held: String,
+    /// A start-marker prefix that ended the last piece.
+    partial: String,
+}
+
+impl ToolJail {
+    pub fn new(rules: JailRules, spec: &ChatParserSpec) -> Self {
+        Self {
+            rules,
+            tools: ChatParserSpec {
+                reasoning: None,
+                stream_arguments: false,
+                ..spec.clone()
+            },
+            jailed: false,
+            held: String::new(),
+            partial: String::new(),
+        }
+    }
+
+    /// Text is held, jailed or as a marker prefix (a finish reason waits for it).
+    pub fn is_holding(&self) -> bool {
+        self.jailed || !self.partial.is_empty()
+    }
+
+    /// Take one piece of content.
+    pub fn feed(&mut self, piece: &str, out: &mut Released) {
+        if self.jailed {
+            self.held.push_str(piece);
+            self.try_end(out);
+            return;
+        }
+        let combined = std::mem::take(&mut self.partial) + piece;
+        if let Some((at, _)) = self.rules.find_start(&combined) {
+            out.passed.push_str(&combined[..at]);
+            self.held = combined[at..].to_owned();
+            self.jailed = true;
+            self.try_end(out);
+        } else if let Some(at) = self.rules.partial_suffix(&combined) {
+            out.passed.push_str(&combined[..at]);
+            self.partial = combined[at..].to_owned();
+        } else {
+            if self.rules.detects_start(&combined) {
+                self.held = combined;
+                self.jailed = true;
+            } else {
+                out.passed.push_str(&combined);
+            }
+        }
+    }
+
+    /// End of output: the held text, parsed, if any.
+    pub fn finish(&mut self) -> Option<Parsed> {
+        let partial = std::mem::take(&mut self.partial);
+        let held = if std::mem::take(&mut self.jailed) {
+            std::mem::take(&mut self.held)
+        } else {
+            partial
+        };
+        if held.is_empty() {
+            return None;
+        }
+        Some(self.parse(&held))
+    }
+
+    /// The jail ends at the first end marker, or where a whole parse finds calls.
+    fn try_end(&mut self, out: &mut Released) {
+        let end = self
+            .rules
+            .ends
+            .iter()
+            .find_map(|m| self.held.find(m).map(|at| at + m.len()));
+        let end = match end {
+            Some(end) => end,
+            None if !self.parse(&self.held).calls.is_empty() => self.held.len(),
+            None => return,
+        };
+        let held = std::mem::take(&mut self.held);
+        self.jailed = false;
+        out.parsed = Some(self.parse(&held[..end]));
+        out.trailing.push_str(&held[end..]);
+    }
+
+    fn parse(&self, text: &str) -> Parsed {
+        let (message, _) = parse_with(text, &self.tools);
+        if message.tool_calls.is_empty() {
+            return Parsed {
+                calls: Vec::new(),
+                content: text.to_owned(),
+            };
+        }
+        Parsed {
+            calls: message.tool_calls,
+            content: message.content,
+        }
+    }
+}
