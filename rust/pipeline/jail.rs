@@ -124,7 +124,7 @@ fn prefixes(marker: &str) -> impl Iterator<Item = &str> {
 #[derive(Debug, Default)]
 pub struct Released {
     /// The held text, parsed: calls (with the text around them), or, with no
-    /// calls, the held text as it was.
+    /// calls, the held text as it was (nothing if it had a start marker).
     pub parsed: Option<Parsed>,
     /// Text after the end of the jail, in the same piece.
     pub trailing: String,
@@ -218,7 +218,9 @@ impl ToolJail {
             .find_map(|m| self.held.find(m).map(|at| at + m.len()));
         let end = match end {
             Some(end) => end,
-            None if !self.parse(&self.held).calls.is_empty() => self.held.len(),
+            None if self.could_be_whole() && !self.parse(&self.held).calls.is_empty() => {
+                self.held.len()
+            }
             None => return,
         };
         let held = std::mem::take(&mut self.held);
@@ -227,12 +229,24 @@ impl ToolJail {
         out.trailing.push_str(&held[end..]);
     }
 
+    /// The reference's whole parse is strict: JSON and Python lists parse only once
+    /// every bracket they opened is closed.
+    fn could_be_whole(&self) -> bool {
+        self.rules.trigger == Trigger::Marker || brackets_closed(&self.held)
+    }
+
     fn parse(&self, text: &str) -> Parsed {
         let (message, _) = parse_with(text, &self.tools);
         if message.tool_calls.is_empty() {
+            // Held text with a start marker and no call in it is dropped whole.
+            let marked = self.rules.starts.iter().any(|m| text.contains(m));
             return Parsed {
                 calls: Vec::new(),
-                content: text.to_owned(),
+                content: if marked {
+                    String::new()
+                } else {
+                    text.to_owned()
+                },
             };
         }
         Parsed {
@@ -240,4 +254,30 @@ impl ToolJail {
             content: message.content,
         }
     }
+}
+
+/// Whether the brackets (`{}` / `[]`, outside string literals) opened from the
+/// first one on are all closed again at the end of `text`.
+fn brackets_closed(text: &str) -> bool {
+    let Some(start) = text.find(['{', '[']) else {
+        return false;
+    };
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in text[start..].chars() {
+        match quote {
+            Some(_) if escaped => escaped = false,
+            Some(_) if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '"' | '\'' => quote = Some(c),
+                '{' | '[' => depth += 1,
+                '}' | ']' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    depth == 0 && quote.is_none()
 }

@@ -555,6 +555,7 @@ impl ResponseState {
                 calls: Vec::new(),
                 finish,
                 reasoning: (!reasoning.is_empty()).then_some(reasoning),
+                released: false,
             });
         }
         if let Some(parsed) = finalized {
@@ -596,7 +597,7 @@ impl ResponseState {
             let text_empty = part.content.as_deref().is_none_or(str::is_empty);
             // Answer text the jail swallowed makes no chunk: the role rides on the next.
             if answered
-                && part.calls.is_empty()
+                && !part.released
                 && text_empty
                 && part.reasoning.is_none()
                 && finish.is_none()
@@ -611,10 +612,12 @@ impl ResponseState {
             let rendered = logprobs::render(self.plan.surface, &logprobs);
             logprobs.clear();
             let env = self.envelope();
-            let content = if part.calls.is_empty() {
-                part.content.as_deref().and_then(non_empty)
-            } else {
+            // A release always says `"content"`, empty or not; other parts only
+            // when they have text.
+            let content = if part.released {
                 part.content.as_deref()
+            } else {
+                part.content.as_deref().and_then(non_empty)
             };
             let delta = ChatDelta {
                 content,
@@ -646,6 +649,8 @@ struct JailedPart {
     calls: Vec<CallDelta>,
     finish: Option<&'static str>,
     reasoning: Option<String>,
+    /// The jail's release of held text.
+    released: bool,
 }
 
 impl JailedPart {
@@ -654,7 +659,10 @@ impl JailedPart {
     fn parsed(parsed: Parsed, finish: Option<&'static str>, parallel: bool) -> Self {
         let Parsed { calls, content } = parsed;
         if calls.is_empty() {
-            return Self::text(content, finish);
+            return Self {
+                released: true,
+                ..Self::text(content, finish)
+            };
         }
         let calls = calls
             .into_iter()
@@ -672,6 +680,7 @@ impl JailedPart {
             calls,
             finish: None,
             reasoning: None,
+            released: true,
         }
     }
 
@@ -681,6 +690,7 @@ impl JailedPart {
             calls: Vec::new(),
             finish,
             reasoning: None,
+            released: false,
         }
     }
 }
