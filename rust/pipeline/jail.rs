@@ -93,19 +93,30 @@ impl JailRules {
         }
     }
 
-    /// Where the leftmost start marker begins, and its length.
+    /// What the reference's marker matcher looks for: the start markers, or, for a
+    /// family without any, a placeholder meant never to match (whose prefixes, `_`
+    /// and `__`, still hold text back).
+    fn patterns(&self) -> &'static [&'static str] {
+        if self.starts.is_empty() {
+            &["__NEVER_MATCH__"]
+        } else {
+            self.starts
+        }
+    }
+
+    /// Where the leftmost start pattern begins, and its length.
     fn find_start(&self, text: &str) -> Option<(usize, usize)> {
-        self.starts
+        self.patterns()
             .iter()
             .filter_map(|m| text.find(m).map(|at| (at, m.len())))
             .min_by_key(|&(at, _)| at)
     }
 
-    /// The earliest suffix of `text` that is a proper prefix of a start marker.
+    /// The earliest suffix of `text` that is a proper prefix of a start pattern.
     fn partial_suffix(&self, text: &str) -> Option<usize> {
         text.char_indices().map(|(i, _)| i).find(|&i| {
             let tail = &text[i..];
-            self.starts
+            self.patterns()
                 .iter()
                 .any(|m| m.len() > tail.len() && m.starts_with(tail))
         })
@@ -249,9 +260,10 @@ impl ToolJail {
                 },
             };
         }
+        // The reference's parsers trim the text around calls.
         Parsed {
             calls: message.tool_calls,
-            content: message.content,
+            content: message.content.trim().to_owned(),
         }
     }
 }
