@@ -36,6 +36,8 @@ struct Choice {
     jailed: String,
     /// Tools in play (not forced): Dynamo's tool-call jail on the content.
     jail: Option<ToolJail>,
+    /// Calls the jail released so far (the next release's indexes go on from here).
+    calls_released: usize,
     /// The last text the reasoning stage released was reasoning (not answer).
     in_reasoning: bool,
     // Unary fold.
@@ -270,6 +272,7 @@ impl ResponseState {
             detok: Detokenizer::new(self.tokenizer.clone(), self.plan.decode.clone()),
             parser,
             jail,
+            calls_released: 0,
             first: true,
             finished: false,
             had_calls: false,
@@ -537,7 +540,12 @@ impl ResponseState {
         let parallel = self.plan.parallel_tool_calls;
         let mut parts: Vec<JailedPart> = Vec::with_capacity(4);
         if let Some(parsed) = released.parsed.take() {
-            parts.push(JailedPart::parsed(parsed, finish, parallel));
+            parts.push(JailedPart::parsed(
+                parsed,
+                finish,
+                parallel,
+                &mut choice.calls_released,
+            ));
         }
         if !released.trailing.is_empty() {
             parts.push(JailedPart::text(
@@ -559,7 +567,12 @@ impl ResponseState {
             });
         }
         if let Some(parsed) = finalized {
-            parts.push(JailedPart::parsed(parsed, finish, parallel));
+            parts.push(JailedPart::parsed(
+                parsed,
+                finish,
+                parallel,
+                &mut choice.calls_released,
+            ));
         }
         if ending {
             choice.finished = true;
@@ -654,10 +667,17 @@ struct JailedPart {
 }
 
 impl JailedPart {
-    /// Held text, parsed: its calls (their indexes count from 0 per release, and
+    /// Held text, parsed: its calls (indexed on from the calls released before;
     /// the chunk has no finish reason), or the text as it was.
-    fn parsed(parsed: Parsed, finish: Option<&'static str>, parallel: bool) -> Self {
+    fn parsed(
+        parsed: Parsed,
+        finish: Option<&'static str>,
+        parallel: bool,
+        released: &mut usize,
+    ) -> Self {
         let Parsed { calls, content } = parsed;
+        let first = *released;
+        *released += calls.len();
         if calls.is_empty() {
             return Self {
                 released: true,
@@ -667,6 +687,7 @@ impl JailedPart {
         let calls = calls
             .into_iter()
             .enumerate()
+            .map(|(i, call)| (first + i, call))
             .filter(|&(index, _)| parallel || index == 0)
             .map(|(index, call)| CallDelta {
                 index,
