@@ -607,7 +607,7 @@ impl ResponseState {
                 continue;
             }
             let index = choice.index;
-            let text_empty = part.content.as_deref().is_none_or(str::is_empty);
+            let text_empty = part.content.as_deref().map_or(true, str::is_empty);
             // Answer text the jail swallowed makes no chunk: the role rides on the next.
             if answered
                 && !part.released
