@@ -608,9 +608,10 @@ impl ResponseState {
             }
             let index = choice.index;
             let text_empty = part.content.as_deref().map_or(true, str::is_empty);
-            // Answer text the jail swallowed makes no chunk: the role rides on the next.
-            if answered
-                && !part.released
+            // Answer text the jail swallowed, or a release of nothing (a block that
+            // closed without a call), makes no chunk: the role rides on the next.
+            if (answered || part.released)
+                && part.calls.is_empty()
                 && text_empty
                 && part.reasoning.is_none()
                 && finish.is_none()
