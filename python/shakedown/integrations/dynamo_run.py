@@ -17,6 +17,12 @@ object drives the worker over the request plane from the worker's runtime. Then:
 - hold=health: registrations pass through; the worker's Dynamo `/health` (DYN_SYSTEM_PORT)
   answers not ready until release (`ReadinessHold`).
 
+With rechecks on (DYN_WORKER_VALIDATION_RECHECK_S), `Endpoint.serve_endpoint` is patched too:
+every handler the worker serves counts its in-flight requests as the worker's activity (the
+loopback's own requests, known by their Dynamo request id, excepted), and failed rechecks
+unrelease the worker: its cards are unregistered again (hold=card) or its readiness withdrawn
+(hold=health); passing ones publish them anew.
+
 With no gates configured the command is exec'd as given: no patch, no listener.
 """
 
@@ -27,6 +33,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import inspect
 import json
 import logging
 import os
@@ -37,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, NoReturn
@@ -52,6 +59,7 @@ from shakedown.integrations.dynamo import (
     registration_of,
 )
 from shakedown.validation import Hold, ValidationConfigError, WorkerValidation
+from shakedown.validation.activity import Activity
 from shakedown.validation.health import HealthServer
 from shakedown.validation.serve import add_gate_arguments, validation_from_args
 
@@ -198,9 +206,52 @@ class ReadinessHold:
         self._serving = asyncio.ensure_future(endpoint.serve_endpoint(_released))
         log.info("shakedown run: readiness released (endpoint %s)", RELEASE_ENDPOINT)
 
+    async def unrelease(self) -> None:
+        """Stop serving `RELEASE_ENDPOINT`: `/health` is not ready again."""
+        serving, self._serving = self._serving, None
+        if serving is None:
+            return
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        log.info("shakedown run: readiness withdrawn (endpoint %s)", RELEASE_ENDPOINT)
+
 
 async def _released(request: Any, context: Any = None) -> Any:
     yield {"released": True}
+
+
+def counted_handler(
+    handler: Callable[..., AsyncIterator[Any]],
+    activity: Activity,
+    own_ids: Callable[[], set[str]],
+) -> Callable[..., AsyncIterator[Any]]:
+    """`handler` counting each request in `activity` for as long as its stream runs, unless
+    its Dynamo request id is one of `own_ids()` (the loopback's). Takes `context` whether or
+    not `handler` does (Dynamo passes it by that name), and hands it on only if it does."""
+    try:
+        takes_context = "context" in inspect.signature(handler).parameters
+    except (TypeError, ValueError):
+        takes_context = False
+
+    async def counted(request: Any, context: Any = None) -> AsyncIterator[Any]:
+        own = context is not None and context.id() in own_ids()
+        if not own:
+            activity.begin()
+        try:
+            source = handler(request, context=context) if takes_context else handler(request)
+            try:
+                async for item in source:
+                    yield item
+            finally:
+                aclose = getattr(source, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+        finally:
+            if not own:
+                activity.end()
+
+    return counted
 
 
 @contextlib.contextmanager
@@ -233,6 +284,7 @@ class RegistrationHold:
         self._real_unregister = self._core.unregister_model
         self._held = HeldRegistration(self._real_register)
         self._readiness = ReadinessHold(self._core) if self.mode is Hold.HEALTH else None
+        self._rechecks = validation.config.recheck_s is not None
         self._engine: DynamoEngine | None = None
         # Made once: the patched names must stay identical objects wherever they are bound.
         self.register_model = self._register_model
@@ -263,7 +315,26 @@ class RegistrationHold:
         )  # fmt: skip
         if self._readiness is not None:
             self._readiness.install()
+        if self._rechecks:
+            self._count_served_requests()
         log.info("shakedown run: Dynamo registration held (hold=%s)", self.mode.value)
+
+    def _count_served_requests(self) -> None:
+        """Every handler the worker serves counts its requests as the worker's activity, so
+        rechecks run only while it is idle."""
+        endpoint_class = self._core.Endpoint
+        real_serve = endpoint_class.serve_endpoint
+        activity = self.validation.activity
+
+        def own_ids() -> set[str]:
+            return set() if self._engine is None else self._engine.in_flight_ids
+
+        def serve_endpoint(endpoint: Any, handler: Any, *args: Any, **kwargs: Any) -> Any:
+            if handler is not _released:
+                handler = counted_handler(handler, activity, own_ids)
+            return real_serve(endpoint, handler, *args, **kwargs)
+
+        endpoint_class.serve_endpoint = serve_endpoint
 
     async def _register_model(self, *args: Any, **kwargs: Any) -> None:
         registration = registration_of(args, kwargs)
@@ -315,6 +386,7 @@ class RegistrationHold:
                     dynamo_endpoint=registration.endpoint, wait_timeout_s=ENGINE_WAIT_S
                 )
                 self.validation.add_release_hook(self._release, name="dynamo registration")
+                self.validation.add_unrelease_hook(self._unrelease, name="dynamo registration")
                 self.validation.attach(card, self._engine)
             threading.Thread(
                 target=self._return_memory, name="shakedown-run-memory", daemon=True
@@ -336,6 +408,12 @@ class RegistrationHold:
                 "shakedown run: released %.3fs after the registration call",
                 self.released_after_s,
             )
+
+    async def _unrelease(self) -> None:
+        if self._readiness is not None:
+            await self._readiness.unrelease()
+        else:
+            await self._held.unpublish(self._real_unregister)
 
     def _return_memory(self) -> None:
         """Once released (the loopback closed), give the pipeline's memory back to the OS:
@@ -407,7 +485,10 @@ def run_held(
     stopper: list[threading.Thread] = []
 
     def stop_validation(signum: int) -> None:
-        if validation.is_released or stopper:
+        if validation.is_released:
+            validation.stop_rechecks()  # the worker is shutting down: its engine will fail
+            return
+        if stopper:
             return
         log.warning(
             "shakedown run: %s during validation: stopping the gates",
