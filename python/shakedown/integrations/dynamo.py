@@ -246,11 +246,12 @@ class HeldRegistration:
     `dynamo._core.register_model` (which `dynamo.llm.register_llm` is).
     """
 
-    def __init__(self, register: RegisterFn | None = None) -> None:
+    def __init__(self, register: RegisterFn | None = None, *, held: bool = True) -> None:
         self._register = register
         self._calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         self._published: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-        self._released = False
+        # held=False: calls go through at once, recorded so that `unpublish` can undo them.
+        self._released = not held
 
     @property
     def released(self) -> bool:

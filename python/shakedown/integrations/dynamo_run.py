@@ -20,8 +20,9 @@ object drives the worker over the request plane from the worker's runtime. Then:
 With rechecks on (DYN_WORKER_VALIDATION_RECHECK_S), `Endpoint.serve_endpoint` is patched too:
 every handler the worker serves counts its in-flight requests as the worker's activity (the
 loopback's own requests, known by their Dynamo request id, excepted), and failed rechecks
-unrelease the worker: its cards are unregistered again (hold=card) or its readiness withdrawn
-(hold=health); passing ones publish them anew.
+unrelease the worker: its cards are unregistered again, and registered anew once rechecks
+pass (under either hold: Dynamo 1.6.1 offers no way to make a served endpoint not ready again,
+so under hold=health the worker's /health stays ready while its cards are out of discovery).
 
 With no gates configured the command is exec'd as given: no patch, no listener.
 """
@@ -206,15 +207,9 @@ class ReadinessHold:
         self._serving = asyncio.ensure_future(endpoint.serve_endpoint(_released))
         log.info("shakedown run: readiness released (endpoint %s)", RELEASE_ENDPOINT)
 
-    async def unrelease(self) -> None:
-        """Stop serving `RELEASE_ENDPOINT`: `/health` is not ready again."""
-        serving, self._serving = self._serving, None
-        if serving is None:
-            return
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        log.info("shakedown run: readiness withdrawn (endpoint %s)", RELEASE_ENDPOINT)
+    @property
+    def released(self) -> bool:
+        return self._serving is not None
 
 
 async def _released(request: Any, context: Any = None) -> Any:
@@ -282,7 +277,8 @@ class RegistrationHold:
         self._core = core if core is not None else dynamo_core()
         self._real_register = self._core.register_model
         self._real_unregister = self._core.unregister_model
-        self._held = HeldRegistration(self._real_register)
+        # hold=health: registrations go through at once, recorded for rechecks to unpublish.
+        self._held = HeldRegistration(self._real_register, held=self.mode is Hold.CARD)
         self._readiness = ReadinessHold(self._core) if self.mode is Hold.HEALTH else None
         self._rechecks = validation.config.recheck_s is not None
         self._engine: DynamoEngine | None = None
@@ -339,10 +335,7 @@ class RegistrationHold:
     async def _register_model(self, *args: Any, **kwargs: Any) -> None:
         registration = registration_of(args, kwargs)
         released = self.validation.is_released
-        if self.mode is Hold.CARD:
-            await self._held.register_model(*args, **kwargs)  # held until release
-        else:
-            await self._real_register(*args, **kwargs)
+        await self._held.register_model(*args, **kwargs)  # under hold=card, until release
         if released:
             return
         if self.claimed is None:
@@ -397,11 +390,10 @@ class RegistrationHold:
             log.exception("shakedown run: no loopback for %r; the worker stays held", name)
 
     async def _release(self) -> None:
-        if self._readiness is not None:
+        if self._readiness is not None and not self._readiness.released:
             assert self._engine is not None
             await self._readiness.release(self._engine)
-        else:
-            await self._held.release()
+        await self._held.release()  # after an unrelease, under either hold: publish anew
         if self.registered_at is not None:
             self.released_after_s = time.monotonic() - self.registered_at
             log.info(
@@ -410,10 +402,7 @@ class RegistrationHold:
             )
 
     async def _unrelease(self) -> None:
-        if self._readiness is not None:
-            await self._readiness.unrelease()
-        else:
-            await self._held.unpublish(self._real_unregister)
+        await self._held.unpublish(self._real_unregister)
 
     def _return_memory(self) -> None:
         """Once released (the loopback closed), give the pipeline's memory back to the OS:
