@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 
 from shakedown.endpoint import Engine
+from shakedown.integrations.dynamo import HeldRegistration
+from shakedown.integrations.dynamo_run import counted_handler
 from shakedown.validation import ValidationConfig, ValidationConfigError, WorkerValidation
+from shakedown.validation.activity import Activity
 from validation_helpers import Factory, chat_status, listening, py, tiny_card, tiny_engine
 
 DEADLINE_S = 30.0
@@ -286,3 +289,77 @@ def test_settings_defaults() -> None:
         {"DYN_WORKER_VALIDATION_GATES": PASS_GATE, "DYN_WORKER_VALIDATION_RECHECK_S": "30"}
     )
     assert (config.recheck_s, config.recheck_failures) == (30.0, 3)
+
+
+def test_held_registration_unpublishes_and_publishes_anew() -> None:
+    """The card-mode release hook and its counterpart, on recording register/unregister."""
+    calls: list[tuple[str, Any, Any]] = []
+
+    async def register(*args: Any, **kwargs: Any) -> None:
+        calls.append(("register", args[3], kwargs.get("lora_name")))
+
+    async def unregister(endpoint: Any, lora_name: Any = None) -> None:
+        calls.append(("unregister", endpoint, lora_name))
+
+    async def main() -> None:
+        held = HeldRegistration(register)
+        await held.register_model("tokens", "chat", "ep-a", "model-a", "a")
+        await held.release()
+        await held.register_model("tokens", "chat", "ep-b", "model-b", "b")  # after release
+        await held.register_model("tokens", "chat", "ep-c", "model-c", "c")
+        assert not held.withdraw("ep-c")  # published: the worker unregisters it for real
+        await held.unpublish(unregister)
+        assert not held.released and held.pending == 2
+        await held.register_model("tokens", "chat", "ep-d", "model-d", "d")  # held meanwhile
+        await held.release()
+
+    asyncio.run(main())
+    assert calls == [
+        ("register", "model-a", None),
+        ("register", "model-b", None),
+        ("register", "model-c", None),
+        ("unregister", "ep-b", None),
+        ("unregister", "ep-a", None),
+        ("register", "model-a", None),
+        ("register", "model-b", None),
+        ("register", "model-d", None),
+    ]
+
+
+class _Context:
+    def __init__(self, request_id: str) -> None:
+        self._id = request_id
+
+    def id(self) -> str:
+        return self._id
+
+
+def test_counted_handler_counts_user_streams_only() -> None:
+    activity = Activity()
+    own = {"loopback-1"}
+    seen: list[Any] = []
+
+    async def handler(request: Any, context: Any) -> AsyncIterator[int]:
+        seen.append(context)
+        for token in range(3):
+            yield token
+
+    async def no_context(request: Any) -> AsyncIterator[int]:
+        yield 1
+
+    async def main() -> None:
+        counted = counted_handler(handler, activity, lambda: own)
+        user = counted({}, context=_Context("user-1"))
+        assert await user.__anext__() == 0
+        assert activity.in_flight == 1
+        loopback = counted({}, context=_Context("loopback-1"))
+        assert [item async for item in loopback] == [0, 1, 2]
+        assert activity.mark() == (1, 1)
+        await user.aclose()  # the client went away mid-stream
+        assert activity.mark() == (1, 0)
+        plain = counted_handler(no_context, activity, lambda: own)
+        assert [item async for item in plain({}, context=_Context("user-2"))] == [1]
+        assert activity.mark() == (2, 0)
+
+    asyncio.run(main())
+    assert [context.id() for context in seen] == ["user-1", "loopback-1"]
