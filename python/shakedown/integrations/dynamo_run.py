@@ -474,15 +474,20 @@ def run_held(
     stopper: list[threading.Thread] = []
 
     def stop_validation(signum: int) -> None:
-        if validation.is_released:
-            validation.stop_rechecks()  # the worker is shutting down: its engine will fail
-            return
         if stopper:
             return
-        log.warning(
-            "shakedown run: %s during validation: stopping the gates",
-            signal.Signals(signum).name,
-        )
+        if validation.is_released:
+            # Rechecks on: no new one (the engine is shutting down), and the loopback closes
+            # now rather than after the worker's loop, so none of its requests outlives it.
+            validation.stop_rechecks()
+            if validation.endpoint is None:
+                return
+            log.info("shakedown run: %s: stopping the rechecks", signal.Signals(signum).name)
+        else:
+            log.warning(
+                "shakedown run: %s during validation: stopping the gates",
+                signal.Signals(signum).name,
+            )
         # Not in the handler itself: closing joins the validation thread.
         thread = threading.Thread(target=validation.close, name="shakedown-run-stop")
         stopper.append(thread)

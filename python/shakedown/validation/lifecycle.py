@@ -754,16 +754,15 @@ class WorkerValidation:
         self._set_recheck_state("released", f"released again: {passes} rechecks in a row passed")
 
     def _set_recheck_state(self, state: Literal["released", "unreleased"], reason: str) -> None:
+        report = self._report
+        if report is not None:
+            # Written before the state changes: whoever sees the new state finds its report.
+            report = dataclasses.replace(
+                report, status=state, reason=reason, recheck=self._recheck_counts.to_dict()
+            )
+            self._publish_report(report)
         with self._lock:
-            self._state, self._reason = state, reason
-            report = self._report
-        if report is None:
-            return
-        report = dataclasses.replace(
-            report, status=state, reason=reason, recheck=self._recheck_counts.to_dict()
-        )
-        self._report = report
-        self._publish_report(report)
+            self._state, self._reason, self._report = state, reason, report
 
     def _withdraw_record(self) -> None:
         record, self._record = self._record, None
