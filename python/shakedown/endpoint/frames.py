@@ -1,7 +1,9 @@
 """Engine output as serialized frames, whichever loop the engine runs on.
 
-`engine_frames` yields each frame the engine produces as JSON bytes (what the
-pipeline's `Exchange.feed` takes). Closing the returned generator, or cancelling
+`engine_frames` yields each item the engine produces as JSON bytes (what the
+pipeline's `Exchange.feed` takes). An item is one output dict or, when several outputs
+are ready at once, a list of them (a batch: one serialization, one pipeline call and one
+send for all of them). Closing the returned generator, or cancelling
 the task iterating it, closes the engine's own generator, on the engine's loop.
 """
 

@@ -10,8 +10,8 @@ Output comes from, in order of preference:
 `max_tokens` is required in every case, as by the reference (`MockerRequestError`, a 400).
 
 Replayed rows are emitted whatever `max_tokens` says (the default script is cut at
-it), one per frame; the last frame
-has no tokens and `finish_reason: "length"`, so a reply that ends in EOS finishes
+it), one token per frame (batched up to `BATCH_OUTPUTS` frames a list when there is
+no delay); the last frame has no tokens and `finish_reason: "length"`, so a reply that ends in EOS finishes
 as `stop` at the frontend (hidden EOS) and one that doesn't as `length`. Frames
 carry the reference mocker's fields, with `completion_usage` on the first and last.
 """
@@ -35,6 +35,8 @@ log = logging.getLogger("shakedown.engines.mocker")
 REPLAY_PREFIX = "output_replay_id:"
 EOS_MARK = "<EOS>"
 MAX_TOKENS_REQUIRED = "`max_output_tokens` (or `max_tokens`) is required by the mocker worker"
+BATCH_OUTPUTS = 64
+"""Outputs per batch when there is no delay: the last batch carries the final frame."""
 # The 1.6.1 mocker's random ids, drawn from the DeepSeek vocabulary.
 RANDOM_IDS = (1000, 2000)
 
@@ -138,6 +140,12 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     }
 
 
+def _last_frame(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    last = _frame([], "length")
+    last["completion_usage"] = _usage(prompt_tokens, completion_tokens)
+    return last
+
+
 class Mocker:
     """The engine: `await`-free per token unless `token_delay` is set (seconds)."""
 
@@ -185,7 +193,7 @@ class Mocker:
 
     async def generate(
         self, request: dict[str, Any], context: EngineContext
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[dict[str, Any] | list[dict[str, Any]]]:
         # Like the reference mocker, before any output and even for a replayed row.
         max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
@@ -199,20 +207,27 @@ class Mocker:
             ids = ids[:max_tokens]
         prompt_tokens = len(request.get("token_ids") or ())
         delay = self.token_delay
-        for position, token in enumerate(ids):
+        # One output per token step; with no delay every step is ready at once, and they go
+        # out as batches (the endpoint's engine contract allows a list of outputs).
+        step = 1 if delay else BATCH_OUTPUTS
+        for start in range(0, len(ids), step):
             if context.is_stopped():
                 last = _frame([], "cancelled")
-                last["completion_usage"] = _usage(prompt_tokens, position)
+                last["completion_usage"] = _usage(prompt_tokens, start)
                 yield last
                 return
             if delay:
                 await asyncio.sleep(delay)
-            frame = _frame([token])
-            if position == 0:
-                frame["completion_usage"] = _usage(prompt_tokens, 1)
-            yield frame
-        last = _frame([], "length")
-        last["completion_usage"] = _usage(prompt_tokens, len(ids))
-        yield last
+            batch = [_frame([token]) for token in ids[start : start + step]]
+            if start == 0:
+                batch[0]["completion_usage"] = _usage(prompt_tokens, 1)
+            if delay:
+                yield batch[0]
+                continue
+            if start + step >= len(ids):
+                batch.append(_last_frame(prompt_tokens, len(ids)))
+            yield batch
+        if delay or not ids:
+            yield _last_frame(prompt_tokens, len(ids))
 
     __call__ = generate
