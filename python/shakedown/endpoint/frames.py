@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from .context import RequestContext
-from .registry import Registration
+from .registry import EngineItem, Registration
 
 log = logging.getLogger("shakedown.endpoint")
 
@@ -55,7 +55,7 @@ def _as_engine_error(err: BaseException) -> Exception:
 
 async def _open(
     engine: Any, request: dict[str, Any], context: RequestContext
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[EngineItem]:
     stream = engine(request, context)
     if inspect.isawaitable(stream):
         # `async def generate(...)` that returns an iterator rather than being one.
@@ -65,7 +65,7 @@ async def _open(
     return stream  # type: ignore[no-any-return]
 
 
-async def _close(stream: AsyncIterator[dict[str, Any]] | None) -> None:
+async def _close(stream: AsyncIterator[EngineItem] | None) -> None:
     aclose = getattr(stream, "aclose", None)
     if aclose is None:
         return

@@ -29,6 +29,7 @@ import orjson
 
 from shakedown._core import ShakedownError
 from shakedown.endpoint.context import EngineContext
+from shakedown.endpoint.registry import EngineItem
 
 log = logging.getLogger("shakedown.engines.mocker")
 
@@ -193,7 +194,7 @@ class Mocker:
 
     async def generate(
         self, request: dict[str, Any], context: EngineContext
-    ) -> AsyncIterator[dict[str, Any] | list[dict[str, Any]]]:
+    ) -> AsyncIterator[EngineItem]:
         # Like the reference mocker, before any output and even for a replayed row.
         max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
