@@ -181,12 +181,11 @@ def test_token_delay_paces_output() -> None:
 
 def test_a_stopped_context_ends_with_cancelled() -> None:
     context = RequestContext("r")
-    mocker = Mocker(default=list(range(100, 120)), token_delay=0.001)
 
     async def collect() -> list[dict[str, Any]]:
         frames = []
         request = {"stop_conditions": {"max_tokens": 64}}
-        async for frame in mocker.generate(request, context):
+        async for frame in Mocker(default=list(range(100, 120))).generate(request, context):
             frames.append(frame)
             if len(frames) == 3:
                 context.stop_generating()
@@ -202,14 +201,17 @@ def test_without_delay_outputs_come_in_batches_of_the_same_frames() -> None:
     ids = list(range(100, 100 + BATCH_OUTPUTS + 5))
     request = {"token_ids": [1, 2], "stop_conditions": {"max_tokens": 200}}
 
-    async def items(mocker: Mocker) -> list[Any]:
-        return [item async for item in mocker.generate(request, RequestContext("r"))]
+    async def items(mocker: Mocker, batches: bool) -> list[Any]:
+        generate = mocker.generate_batches if batches else mocker.generate
+        return [item async for item in generate(request, RequestContext("r"))]
 
-    batches = asyncio.run(items(Mocker(default=ids)))
+    batches = asyncio.run(items(Mocker(default=ids), True))
     assert [len(b) for b in batches] == [BATCH_OUTPUTS, 5 + 1]  # the last carries the end
-    paced = asyncio.run(items(Mocker(default=ids, token_delay=0.0001)))
-    assert all(isinstance(frame, dict) for frame in paced)
-    assert [frame for batch in batches for frame in batch] == paced
+    one_by_one = asyncio.run(items(Mocker(default=ids), False))
+    assert all(isinstance(frame, dict) for frame in one_by_one)
+    assert [frame for batch in batches for frame in batch] == one_by_one
+    paced = asyncio.run(items(Mocker(default=ids, token_delay=0.0001), True))
+    assert paced == one_by_one
 
 
 def test_a_context_stopped_between_batches_ends_with_cancelled() -> None:
@@ -219,7 +221,7 @@ def test_a_context_stopped_between_batches_ends_with_cancelled() -> None:
     async def collect() -> list[Any]:
         items = []
         request = {"stop_conditions": {"max_tokens": 500}}
-        async for item in Mocker(default=ids).generate(request, context):
+        async for item in Mocker(default=ids).generate_batches(request, context):
             items.append(item)
             context.stop_generating()
         return items

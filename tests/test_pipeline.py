@@ -54,10 +54,7 @@ def reference_mocker_frames(
 
     async def play() -> list[dict[str, Any]]:
         context = RequestContext("r")
-        frames: list[dict[str, Any]] = []
-        async for item in Mocker(replay=replay).generate(engine_request, context):
-            frames.extend(item if isinstance(item, list) else [item])  # batches flattened
-        return frames
+        return [frame async for frame in Mocker(replay=replay).generate(engine_request, context)]
 
     frames = asyncio.run(play())
     for frame in frames:

@@ -10,8 +10,8 @@ Output comes from, in order of preference:
 `max_tokens` is required in every case, as by the reference (`MockerRequestError`, a 400).
 
 Replayed rows are emitted whatever `max_tokens` says (the default script is cut at
-it), one token per frame (batched up to `BATCH_OUTPUTS` frames a list when there is
-no delay); the last frame has no tokens and `finish_reason: "length"`, so a reply that ends in EOS finishes
+it), one token per frame (`generate_batches`: up to `BATCH_OUTPUTS` frames a list when
+there is no delay); the last frame has no tokens and `finish_reason: "length"`, so a reply that ends in EOS finishes
 as `stop` at the frontend (hidden EOS) and one that doesn't as `length`. Frames
 carry the reference mocker's fields, with `completion_usage` on the first and last.
 """
@@ -194,7 +194,25 @@ class Mocker:
 
     async def generate(
         self, request: dict[str, Any], context: EngineContext
+    ) -> AsyncIterator[dict[str, Any]]:
+        """One output per item, as the reference mocker sends them (any engine consumer)."""
+        async for outputs in self._steps(request, context, 1):
+            yield outputs[0]
+
+    async def generate_batches(
+        self, request: dict[str, Any], context: EngineContext
     ) -> AsyncIterator[EngineItem]:
+        """The same outputs, those ready at once as one list (shakedown's endpoint takes
+        lists): with no delay, up to `BATCH_OUTPUTS` a list."""
+        async for outputs in self._steps(request, context, BATCH_OUTPUTS):
+            yield outputs if len(outputs) > 1 else outputs[0]
+
+    async def _steps(
+        self, request: dict[str, Any], context: EngineContext, batch: int
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """The outputs in lists of those ready together: one token each when there is a delay
+        (the final frame on its own), else up to `batch` (the last list carries the final
+        frame)."""
         # Like the reference mocker, before any output and even for a replayed row.
         max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
@@ -208,27 +226,22 @@ class Mocker:
             ids = ids[:max_tokens]
         prompt_tokens = len(request.get("token_ids") or ())
         delay = self.token_delay
-        # One output per token step; with no delay every step is ready at once, and they go
-        # out as batches (the endpoint's engine contract allows a list of outputs).
-        step = 1 if delay else BATCH_OUTPUTS
+        step = 1 if delay else batch
         for start in range(0, len(ids), step):
             if context.is_stopped():
                 last = _frame([], "cancelled")
                 last["completion_usage"] = _usage(prompt_tokens, start)
-                yield last
+                yield [last]
                 return
             if delay:
                 await asyncio.sleep(delay)
-            batch = [_frame([token]) for token in ids[start : start + step]]
+            outputs = [_frame([token]) for token in ids[start : start + step]]
             if start == 0:
-                batch[0]["completion_usage"] = _usage(prompt_tokens, 1)
-            if delay:
-                yield batch[0]
-                continue
-            if start + step >= len(ids):
-                batch.append(_last_frame(prompt_tokens, len(ids)))
-            yield batch
-        if delay or not ids:
-            yield _last_frame(prompt_tokens, len(ids))
+                outputs[0]["completion_usage"] = _usage(prompt_tokens, 1)
+            if step > 1 and start + step >= len(ids):
+                outputs.append(_last_frame(prompt_tokens, len(ids)))
+            yield outputs
+        if step == 1 or not ids:
+            yield [_last_frame(prompt_tokens, len(ids))]
 
     __call__ = generate
