@@ -102,16 +102,17 @@ impl ChatParser {
         });
         let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
         let (thinking, nonempty) = (spec.thinking, spec.force_nonempty_content);
-        let fallback = spec
-            .reasoning
+        let family = spec.reasoning.map(|f| f.read_by(dialect));
+        let fallback = family
             .filter(|f| {
                 !dialect.gates_reasoning()
                     && empty_content_gets_reasoning(f.name(), thinking, nonempty)
             })
             .map(|_| String::new());
-        let reasoning = spec
-            .reasoning
-            .filter(|f| !(dialect.gates_reasoning() && reasoning_off(f.name(), thinking, nonempty)))
+        let reasoning = family
+            .filter(|f| {
+                !(dialect.gates_reasoning() && reasoning_off(f.switch(), thinking, nonempty))
+            })
             .map(|family| {
                 // Thinking off: the template did not open reasoning.
                 let in_reasoning = spec
