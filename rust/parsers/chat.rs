@@ -84,6 +84,18 @@ pub struct ChatParserSpec {
     pub reference_streaming: bool,
 }
 
+impl ChatParserSpec {
+    /// The reasoning family that runs: the name as the dialect reads it, none when
+    /// the request switched it off (Dynamo's gate; see [`super::options`]).
+    pub fn active_reasoning(&self) -> Option<ReasoningFamily> {
+        let dialect = self.dialect;
+        self.reasoning.map(|f| f.read_by(dialect)).filter(|f| {
+            !(dialect.gates_reasoning()
+                && reasoning_off(f.switch(), self.thinking, self.force_nonempty_content))
+        })
+    }
+}
+
 impl ChatParser {
     /// Fails only for a parser name no family answers to.
     pub fn new(options: &ChatOptions) -> Result<Self, UnknownParser> {
@@ -109,11 +121,7 @@ impl ChatParser {
                     && empty_content_gets_reasoning(f.name(), thinking, nonempty)
             })
             .map(|_| String::new());
-        let reasoning = family
-            .filter(|f| {
-                !(dialect.gates_reasoning() && reasoning_off(f.switch(), thinking, nonempty))
-            })
-            .map(|family| {
+        let reasoning = spec.active_reasoning().map(|family| {
                 // Thinking off: the template did not open reasoning.
                 let in_reasoning = spec
                     .in_reasoning

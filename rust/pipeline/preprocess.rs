@@ -217,7 +217,7 @@ impl Preprocessor {
             .then_some(true);
         let template_args = reasoning.is_some().then(|| template_args(&request));
         let template_args = template_args.as_ref();
-        let parsers = ChatParserSpec {
+        let mut parsers = ChatParserSpec {
             reasoning,
             tool_call: self.card.tool_call_parser.filter(|_| tools_active),
             tools: Arc::new(if tools_active {
@@ -233,6 +233,8 @@ impl Preprocessor {
             dialect: Dialect::Dynamo,
             reference_streaming: true,
         };
+        // Switched off, no reasoning parser runs: no `reasoning_tokens` either.
+        parsers.reasoning = parsers.active_reasoning();
         let reply = ReplyFields {
             surface: Surface::Chat,
             model: &f.model,
