@@ -89,10 +89,18 @@ impl ChatParserSpec {
     /// the request switched it off (Dynamo's gate; see [`super::options`]).
     pub fn active_reasoning(&self) -> Option<ReasoningFamily> {
         let dialect = self.dialect;
-        self.reasoning.map(|f| f.read_by(dialect)).filter(|f| {
-            !(dialect.gates_reasoning()
-                && reasoning_off(f.switch(), self.thinking, self.force_nonempty_content))
-        })
+        let reference = self.reference_streaming;
+        self.reasoning
+            .map(|f| f.read_by(dialect, reference))
+            .filter(|f| {
+                !(dialect.gates_reasoning()
+                    && reasoning_off(
+                        f.switch(),
+                        self.thinking,
+                        self.force_nonempty_content,
+                        reference,
+                    ))
+            })
     }
 }
 
@@ -114,7 +122,9 @@ impl ChatParser {
         });
         let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
         let (thinking, nonempty) = (spec.thinking, spec.force_nonempty_content);
-        let family = spec.reasoning.map(|f| f.read_by(dialect));
+        let family = spec
+            .reasoning
+            .map(|f| f.read_by(dialect, spec.reference_streaming));
         let fallback = family
             .filter(|f| {
                 !dialect.gates_reasoning()
@@ -122,12 +132,12 @@ impl ChatParser {
             })
             .map(|_| String::new());
         let reasoning = spec.active_reasoning().map(|family| {
-                // Thinking off: the template did not open reasoning.
-                let in_reasoning = spec
-                    .in_reasoning
-                    .or((thinking == Some(false)).then_some(false));
-                family.build(in_reasoning, exit_markers, spec.reference_streaming)
-            });
+            // Thinking off: the template did not open reasoning.
+            let in_reasoning = spec
+                .in_reasoning
+                .or((thinking == Some(false)).then_some(false));
+            family.build(in_reasoning, exit_markers, spec.reference_streaming)
+        });
         Self {
             reasoning,
             tools,

@@ -95,12 +95,19 @@ fn gate(name: &str) -> Option<&'static Gate> {
 }
 
 /// Whether reasoning parsing is off for this request (`switch`: the name's gate):
-/// thinking not switched on for an opt-in name, switched off for another gated one,
-/// or `force_nonempty_content` for Nemotron 3.
-pub fn reasoning_off(switch: &str, thinking: Option<bool>, force_nonempty_content: bool) -> bool {
+/// thinking switched off for a gated name, or `force_nonempty_content` for Nemotron 3.
+/// An opt-in name is off unless switched on where the request is known (`strict`,
+/// the pipeline, as Dynamo's frontend); a standalone caller who passed no switch
+/// keeps its reasoning.
+pub fn reasoning_off(
+    switch: &str,
+    thinking: Option<bool>,
+    force_nonempty_content: bool,
+    strict: bool,
+) -> bool {
     gate(switch).is_some_and(|g| {
         if g.opt_in {
-            thinking != Some(true)
+            thinking == Some(false) || strict && thinking.is_none()
         } else {
             thinking == Some(false) || g.nonempty_content && force_nonempty_content
         }
@@ -208,29 +215,47 @@ mod tests {
 
     #[test]
     fn only_gated_families_turn_reasoning_off() {
-        assert!(reasoning_off("deepseek_r1", Some(false), false));
-        assert!(!reasoning_off("deepseek_r1", Some(true), false));
-        assert!(!reasoning_off("qwen3", Some(false), false));
-        assert!(reasoning_off("nemotron_v3", None, true));
-        assert!(!reasoning_off("deepseek_r1", None, true));
+        assert!(reasoning_off("deepseek_r1", Some(false), false, true));
+        assert!(!reasoning_off("deepseek_r1", Some(true), false, true));
+        assert!(!reasoning_off("qwen3", Some(false), false, true));
+        assert!(reasoning_off("nemotron_v3", None, true, true));
+        assert!(!reasoning_off("deepseek_r1", None, true, true));
     }
 
     #[test]
     fn opt_in_names_parse_only_when_switched_on() {
         // As the live Dynamo 1.6.1 frontend: no switch, no reasoning.
         for switch in ["deepseek_v3", "gemma4", "mistral"] {
-            assert!(reasoning_off(switch, None, false));
-            assert!(!reasoning_off(switch, Some(true), false));
+            assert!(reasoning_off(switch, None, false, true));
+            assert!(!reasoning_off(switch, Some(true), false, true));
+            assert!(reasoning_off(switch, Some(false), false, false));
+            // A standalone caller who passed no switch keeps the reasoning.
+            assert!(!reasoning_off(switch, None, false, false));
         }
         let on = |switch, v: Value| thinking_from_args(switch, Some(&args(v)));
-        assert_eq!(on("deepseek_v3", json!({"enable_thinking": true})), Some(true));
-        assert_eq!(on("deepseek_v3", json!({"thinking_mode": "thinking"})), Some(true));
-        assert_eq!(on("deepseek_v3", json!({"thinking_mode": "x"})), Some(false));
+        assert_eq!(
+            on("deepseek_v3", json!({"enable_thinking": true})),
+            Some(true)
+        );
+        assert_eq!(
+            on("deepseek_v3", json!({"thinking_mode": "thinking"})),
+            Some(true)
+        );
+        assert_eq!(
+            on("deepseek_v3", json!({"thinking_mode": "x"})),
+            Some(false)
+        );
         assert_eq!(on("gemma4", json!({"thinking_mode": "thinking"})), None);
         // Mistral reads the effort only; `thinking` does not switch it.
         assert_eq!(on("mistral", json!({"thinking": true})), None);
-        assert_eq!(on("mistral", json!({"reasoning_effort": "low"})), Some(true));
-        assert_eq!(on("mistral", json!({"reasoning_effort": "none"})), Some(false));
+        assert_eq!(
+            on("mistral", json!({"reasoning_effort": "low"})),
+            Some(true)
+        );
+        assert_eq!(
+            on("mistral", json!({"reasoning_effort": "none"})),
+            Some(false)
+        );
         // R1 keeps reading `thinking_mode` as an off switch.
         assert_eq!(on("deepseek_r1", json!({"thinking_mode": "x"})), Some(true));
     }

@@ -295,14 +295,42 @@ const DYNAMO_REASONING_NAMES: &[&str] = &[
     "inkling",
 ];
 
+/// How Dynamo 1.6.1's reasoning map reads a spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DynamoName {
+    /// The map holds it.
+    Known,
+    /// The map holds the family under other names only (`kimi_k2`: it has `kimi_k25`).
+    OtherSpelling,
+    /// The map lacks the family (`cohere_command`, `minimax_m2`).
+    Unknown,
+}
+
+impl DynamoName {
+    fn of(spelling: &str, info: &ParserInfo) -> Self {
+        let known =
+            |name: &str| DYNAMO_REASONING_NAMES.contains(&name.to_ascii_lowercase().as_str());
+        if known(spelling) {
+            DynamoName::Known
+        } else if std::iter::once(info.name)
+            .chain(info.aliases.iter().copied())
+            .any(known)
+        {
+            DynamoName::OtherSpelling
+        } else {
+            DynamoName::Unknown
+        }
+    }
+}
+
 /// A reasoning parser name, resolved once: building the parser cannot fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReasoningFamily {
     info: &'static ParserInfo,
     /// The spelling itself says output starts inside reasoning (`qwen3-thinking`).
     starts_in_reasoning: bool,
-    /// Dynamo 1.6.1's map holds the spelling (see [`DYNAMO_REASONING_NAMES`]).
-    dynamo_knows: bool,
+    /// How Dynamo 1.6.1's map reads the spelling (see [`DYNAMO_REASONING_NAMES`]).
+    dynamo: DynamoName,
     /// The thinking switch this spelling reads (a gate of [`super::options`]):
     /// the family's, except where a name means a different switch.
     switch: &'static str,
@@ -316,7 +344,7 @@ impl ReasoningFamily {
         Ok(Self {
             info,
             starts_in_reasoning: matches!(spelling.as_str(), "qwen3-thinking" | "qwen3_thinking"),
-            dynamo_knows: DYNAMO_REASONING_NAMES.contains(&spelling.as_str()),
+            dynamo: DynamoName::of(&spelling, info),
             // DeepSeek V3 and V3.1 think only when the request asks (their templates
             // default to chat mode); R1 and V3.2 think unless it says otherwise.
             switch: match spelling.as_str() {
@@ -327,18 +355,26 @@ impl ReasoningFamily {
         })
     }
 
-    /// The family `dialect` runs for this spelling: in Dynamo's, a name its map lacks
-    /// is its plain `<think>` parser (`basic`), whatever family the name means here;
-    /// vLLM and SGLang names keep their own meaning.
-    pub fn read_by(self, dialect: Dialect) -> Self {
-        if dialect != Dialect::Dynamo || self.dynamo_knows {
+    /// The family `dialect` runs for this spelling. In Dynamo's, a name its map lacks
+    /// runs its plain `<think>` parser (`basic`) when the map knows the family by
+    /// another name (`kimi_k2`, `deepseek-r1`, `qwen3-thinking`), and, in the
+    /// pipeline's `reference` mode only, for families it lacks too (`minimax`): that
+    /// loses their markers, which standalone parsers keep. vLLM and SGLang names keep
+    /// their own meaning.
+    pub fn read_by(self, dialect: Dialect, reference: bool) -> Self {
+        let plain = match self.dynamo {
+            DynamoName::Known => false,
+            DynamoName::OtherSpelling => true,
+            DynamoName::Unknown => reference,
+        };
+        if dialect != Dialect::Dynamo || !plain {
             return self;
         }
         let basic = &REASONING[0];
         Self {
             info: basic,
             starts_in_reasoning: false,
-            dynamo_knows: true,
+            dynamo: DynamoName::Known,
             switch: basic.name,
         }
     }
@@ -462,17 +498,28 @@ mod tests {
 
     #[test]
     fn dynamo_runs_its_plain_think_parser_for_names_it_lacks() {
-        let read = |name| ReasoningFamily::resolve(name).unwrap().read_by(Dialect::Dynamo);
-        for alias in ["kimi_k2", "deepseek-r1", "qwen3-thinking", "minimax", "harmony"] {
+        let family = |name| ReasoningFamily::resolve(name).unwrap();
+        let read = |name| family(name).read_by(Dialect::Dynamo, true);
+        for alias in [
+            "kimi_k2",
+            "deepseek-r1",
+            "qwen3-thinking",
+            "minimax",
+            "harmony",
+        ] {
             assert_eq!(read(alias).name(), "basic", "{alias}");
             assert!(!read(alias).starts_in_reasoning);
         }
+        // Outside reference mode a family Dynamo lacks keeps its parser.
+        let standalone = |name| family(name).read_by(Dialect::Dynamo, false).name();
+        assert_eq!(standalone("minimax"), "minimax_m2");
+        assert_eq!(standalone("kimi_k2"), "basic");
         assert_eq!(read("kimi_k25").name(), "kimi_k2");
         assert_eq!(read("Deepseek_V3_1").name(), "deepseek_r1");
         assert_eq!(read("deepseek_v3_1").switch(), "deepseek_v3");
         assert_eq!(read("deepseek_v3_2").switch(), "deepseek_r1");
         // vLLM and SGLang names keep their own meaning.
-        let vllm = ReasoningFamily::resolve("kimi_k2").unwrap().read_by(Dialect::Vllm);
+        let vllm = family("kimi_k2").read_by(Dialect::Vllm, true);
         assert_eq!(vllm.name(), "kimi_k2");
     }
 

@@ -210,7 +210,7 @@ impl Preprocessor {
         let reasoning = self
             .card
             .reasoning_parser
-            .map(|f| f.read_by(Dialect::Dynamo));
+            .map(|f| f.read_by(Dialect::Dynamo, true));
         let in_reasoning = reasoning
             .zip(prompt.as_deref())
             .is_some_and(|(family, p)| prompt_opens_reasoning(family.name(), p))
@@ -347,7 +347,10 @@ impl Preprocessor {
                 .tool_call_parser
                 .map(|f| f.info())
                 .into_iter()
-                .chain(card.reasoning_parser.map(|f| f.read_by(Dialect::Dynamo).info()))
+                .chain(
+                    card.reasoning_parser
+                        .map(|f| f.read_by(Dialect::Dynamo, true).info()),
+                )
                 .any(|info| info.keeps_special_tokens));
         let skip_special_tokens = if keeps_special_tokens {
             Some(false)
