@@ -84,6 +84,26 @@ pub struct ChatParserSpec {
     pub reference_streaming: bool,
 }
 
+impl ChatParserSpec {
+    /// The reasoning family that runs: the name as the dialect reads it, none when
+    /// the request switched it off (Dynamo's gate; see [`super::options`]).
+    pub fn active_reasoning(&self) -> Option<ReasoningFamily> {
+        let dialect = self.dialect;
+        let reference = self.reference_streaming;
+        self.reasoning
+            .map(|f| f.read_by(dialect, reference))
+            .filter(|f| {
+                !(dialect.gates_reasoning()
+                    && reasoning_off(
+                        f.switch(),
+                        self.thinking,
+                        self.force_nonempty_content,
+                        reference,
+                    ))
+            })
+    }
+}
+
 impl ChatParser {
     /// Fails only for a parser name no family answers to.
     pub fn new(options: &ChatOptions) -> Result<Self, UnknownParser> {
@@ -102,23 +122,22 @@ impl ChatParser {
         });
         let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
         let (thinking, nonempty) = (spec.thinking, spec.force_nonempty_content);
-        let fallback = spec
+        let family = spec
             .reasoning
+            .map(|f| f.read_by(dialect, spec.reference_streaming));
+        let fallback = family
             .filter(|f| {
                 !dialect.gates_reasoning()
                     && empty_content_gets_reasoning(f.name(), thinking, nonempty)
             })
             .map(|_| String::new());
-        let reasoning = spec
-            .reasoning
-            .filter(|f| !(dialect.gates_reasoning() && reasoning_off(f.name(), thinking, nonempty)))
-            .map(|family| {
-                // Thinking off: the template did not open reasoning.
-                let in_reasoning = spec
-                    .in_reasoning
-                    .or((thinking == Some(false)).then_some(false));
-                family.build(in_reasoning, exit_markers, spec.reference_streaming)
-            });
+        let reasoning = spec.active_reasoning().map(|family| {
+            // Thinking off: the template did not open reasoning.
+            let in_reasoning = spec
+                .in_reasoning
+                .or((thinking == Some(false)).then_some(false));
+            family.build(in_reasoning, exit_markers, spec.reference_streaming)
+        });
         Self {
             reasoning,
             tools,

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::dialect::Dialect;
 use super::{reasoning, tools, ReasoningParse, ToolParse, Tools};
 
 /// A parser family: its canonical name, the other names it answers to, and what a
@@ -262,21 +263,120 @@ fn resolve(
     })
 }
 
+/// The reasoning parser names Dynamo 1.6.1's own map holds (it lower-cases a name
+/// first). Any other name, a family's alias included (`kimi_k2`, `deepseek-r1`,
+/// `qwen3-thinking`, `minimax`), runs its plain non-forced `<think>` parser instead.
+const DYNAMO_REASONING_NAMES: &[&str] = &[
+    "basic",
+    "deepseek_r1",
+    "deepseek_v3",
+    "deepseek_v3_1",
+    "deepseek_v3_2",
+    "deepseek_v4",
+    "deepseek-v4",
+    "deepseekv4",
+    "gpt_oss",
+    "qwen3",
+    "nemotron_deci",
+    "nemotron_nano",
+    "nemotron3",
+    "nemotron_v3",
+    "kimi",
+    "kimi_k25",
+    "step3",
+    "mistral",
+    "granite",
+    "glm45",
+    "minimax_append_think",
+    "minimax_m3",
+    "minimax-m3",
+    "gemma4",
+    "gemma-4",
+    "inkling",
+];
+
+/// How Dynamo 1.6.1's reasoning map reads a spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DynamoName {
+    /// The map holds it.
+    Known,
+    /// The map holds the family under other names only (`kimi_k2`: it has `kimi_k25`).
+    OtherSpelling,
+    /// The map lacks the family (`cohere_command`, `minimax_m2`).
+    Unknown,
+}
+
+impl DynamoName {
+    fn of(spelling: &str, info: &ParserInfo) -> Self {
+        let known =
+            |name: &str| DYNAMO_REASONING_NAMES.contains(&name.to_ascii_lowercase().as_str());
+        if known(spelling) {
+            DynamoName::Known
+        } else if std::iter::once(info.name)
+            .chain(info.aliases.iter().copied())
+            .any(known)
+        {
+            DynamoName::OtherSpelling
+        } else {
+            DynamoName::Unknown
+        }
+    }
+}
+
 /// A reasoning parser name, resolved once: building the parser cannot fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReasoningFamily {
     info: &'static ParserInfo,
     /// The spelling itself says output starts inside reasoning (`qwen3-thinking`).
     starts_in_reasoning: bool,
+    /// How Dynamo 1.6.1's map reads the spelling (see [`DYNAMO_REASONING_NAMES`]).
+    dynamo: DynamoName,
+    /// The thinking switch this spelling reads (a gate of [`super::options`]):
+    /// the family's, except where a name means a different switch.
+    switch: &'static str,
 }
 
 impl ReasoningFamily {
     /// The family for any accepted spelling.
     pub fn resolve(name: &str) -> Result<Self, UnknownParser> {
+        let info = resolve(REASONING, "reasoning", name)?;
+        let spelling = name.trim().to_ascii_lowercase();
         Ok(Self {
-            info: resolve(REASONING, "reasoning", name)?,
-            starts_in_reasoning: matches!(name.trim(), "qwen3-thinking" | "qwen3_thinking"),
+            info,
+            starts_in_reasoning: matches!(spelling.as_str(), "qwen3-thinking" | "qwen3_thinking"),
+            dynamo: DynamoName::of(&spelling, info),
+            // DeepSeek V3 and V3.1 think only when the request asks (their templates
+            // default to chat mode); R1 and V3.2 think unless it says otherwise.
+            switch: match spelling.as_str() {
+                "deepseek_v3" | "deepseek-v3" | "deepseekv3" | "deepseek_v3_1" | "deepseek_v31"
+                | "deepseekv31" => "deepseek_v3",
+                _ => info.name,
+            },
         })
+    }
+
+    /// The family `dialect` runs for this spelling. In Dynamo's, a name its map lacks
+    /// runs its plain `<think>` parser (`basic`) when the map knows the family by
+    /// another name (`kimi_k2`, `deepseek-r1`, `qwen3-thinking`), and, in the
+    /// pipeline's `reference` mode only, for families it lacks too (`minimax`): that
+    /// loses their markers, which standalone parsers keep. vLLM and SGLang names keep
+    /// their own meaning.
+    pub fn read_by(self, dialect: Dialect, reference: bool) -> Self {
+        let plain = match self.dynamo {
+            DynamoName::Known => false,
+            DynamoName::OtherSpelling => true,
+            DynamoName::Unknown => reference,
+        };
+        if dialect != Dialect::Dynamo || !plain {
+            return self;
+        }
+        let basic = &REASONING[0];
+        Self {
+            info: basic,
+            starts_in_reasoning: false,
+            dynamo: DynamoName::Known,
+            switch: basic.name,
+        }
     }
 
     pub fn info(self) -> &'static ParserInfo {
@@ -285,6 +385,11 @@ impl ReasoningFamily {
 
     pub fn name(self) -> &'static str {
         self.info.name
+    }
+
+    /// The gate of [`super::options`] that reads this name's thinking switch.
+    pub fn switch(self) -> &'static str {
+        self.switch
     }
 
     /// A parser. `in_reasoning` overrides the family's own default for whether output
@@ -389,6 +494,33 @@ mod tests {
                 .info()
                 .keeps_special_tokens
         );
+    }
+
+    #[test]
+    fn dynamo_runs_its_plain_think_parser_for_names_it_lacks() {
+        let family = |name| ReasoningFamily::resolve(name).unwrap();
+        let read = |name| family(name).read_by(Dialect::Dynamo, true);
+        for alias in [
+            "kimi_k2",
+            "deepseek-r1",
+            "qwen3-thinking",
+            "minimax",
+            "harmony",
+        ] {
+            assert_eq!(read(alias).name(), "basic", "{alias}");
+            assert!(!read(alias).starts_in_reasoning);
+        }
+        // Outside reference mode a family Dynamo lacks keeps its parser.
+        let standalone = |name| family(name).read_by(Dialect::Dynamo, false).name();
+        assert_eq!(standalone("minimax"), "minimax_m2");
+        assert_eq!(standalone("kimi_k2"), "basic");
+        assert_eq!(read("kimi_k25").name(), "kimi_k2");
+        assert_eq!(read("Deepseek_V3_1").name(), "deepseek_r1");
+        assert_eq!(read("deepseek_v3_1").switch(), "deepseek_v3");
+        assert_eq!(read("deepseek_v3_2").switch(), "deepseek_r1");
+        // vLLM and SGLang names keep their own meaning.
+        let vllm = family("kimi_k2").read_by(Dialect::Vllm, true);
+        assert_eq!(vllm.name(), "kimi_k2");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::engine_request::{
 use super::error::HttpError;
 use super::model::{ModelCard, ModelError};
 use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
-use super::prompt::{last_message_text, render_chat};
+use super::prompt::{last_message_text, render_chat, template_args};
 use super::request::{
     NvCreateChatCompletionRequest, NvCreateCompletionRequest, Prompt, ResponseFormat,
     StreamOptions, ToolChoice,
@@ -207,14 +207,18 @@ impl Preprocessor {
         let tools_active = !tools.is_empty() && tool_choice != ToolChoiceMode::None;
         // The template opened the family's reasoning (`<think>`, `[THINK]`, ...) at the
         // end of the prompt: the output starts inside it.
-        let reasoning_family = self.card.reasoning_parser.map(|f| f.name());
-        let in_reasoning = reasoning_family
+        let reasoning = self
+            .card
+            .reasoning_parser
+            .map(|f| f.read_by(Dialect::Dynamo, true));
+        let in_reasoning = reasoning
             .zip(prompt.as_deref())
-            .is_some_and(|(family, p)| prompt_opens_reasoning(family, p))
+            .is_some_and(|(family, p)| prompt_opens_reasoning(family.name(), p))
             .then_some(true);
-        let template_args = request.chat_template_args.as_ref();
-        let parsers = ChatParserSpec {
-            reasoning: self.card.reasoning_parser,
+        let template_args = reasoning.is_some().then(|| template_args(&request));
+        let template_args = template_args.as_ref();
+        let mut parsers = ChatParserSpec {
+            reasoning,
             tool_call: self.card.tool_call_parser.filter(|_| tools_active),
             tools: Arc::new(if tools_active {
                 tools
@@ -223,12 +227,14 @@ impl Preprocessor {
             }),
             stream_arguments: false,
             in_reasoning,
-            thinking: reasoning_family.and_then(|f| thinking_from_args(f, template_args)),
+            thinking: reasoning.and_then(|f| thinking_from_args(f.switch(), template_args)),
             force_nonempty_content: force_nonempty_content_from_args(template_args),
             // The pipeline is Dynamo's.
             dialect: Dialect::Dynamo,
             reference_streaming: true,
         };
+        // Switched off, no reasoning parser runs: no `reasoning_tokens` either.
+        parsers.reasoning = parsers.active_reasoning();
         let reply = ReplyFields {
             surface: Surface::Chat,
             model: &f.model,
@@ -341,7 +347,10 @@ impl Preprocessor {
                 .tool_call_parser
                 .map(|f| f.info())
                 .into_iter()
-                .chain(card.reasoning_parser.map(|f| f.info()))
+                .chain(
+                    card.reasoning_parser
+                        .map(|f| f.read_by(Dialect::Dynamo, true).info()),
+                )
                 .any(|info| info.keeps_special_tokens));
         let skip_special_tokens = if keeps_special_tokens {
             Some(false)

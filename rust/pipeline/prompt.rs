@@ -12,6 +12,29 @@ use super::template::ChatTemplate;
 use super::validate::thinking_mode;
 
 /// The chat prompt text the template produces for a parsed request.
+/// The args merged last into the template context: the client's own
+/// `chat_template_args`, with `thinking` and `reasoning_effort` mapped in.
+pub fn template_args(request: &NvCreateChatCompletionRequest) -> Map<String, Value> {
+    let mut args = request.chat_template_args.clone().unwrap_or_default();
+    if let Some(mode) = request
+        .template_ext
+        .thinking
+        .as_ref()
+        .and_then(|t| thinking_mode(t).ok())
+    {
+        if mode != "adaptive" {
+            args.insert("thinking".into(), Value::Bool(mode == "enabled"));
+        }
+        args.insert("thinking_mode".into(), mode.into());
+    }
+    if let Some(effort) = request.fields.reasoning_effort {
+        args.entry("enable_thinking")
+            .or_insert(Value::Bool(effort != ReasoningEffort::None));
+        args.insert("reasoning_effort".into(), effort.as_str().into());
+    }
+    args
+}
+
 pub fn render_chat(
     template: &ChatTemplate,
     card: &ModelCard,
@@ -48,26 +71,7 @@ pub fn render_chat(
         "add_generation_prompt".into(),
         Value::Bool(add_generation_prompt),
     );
-    // `thinking` and `reasoning_effort` become template args, merged last
-    // with the client's own `chat_template_args`.
-    let mut args = request.chat_template_args.clone().unwrap_or_default();
-    if let Some(mode) = request
-        .template_ext
-        .thinking
-        .as_ref()
-        .and_then(|t| thinking_mode(t).ok())
-    {
-        if mode != "adaptive" {
-            args.insert("thinking".into(), Value::Bool(mode == "enabled"));
-        }
-        args.insert("thinking_mode".into(), mode.into());
-    }
-    if let Some(effort) = f.reasoning_effort {
-        args.entry("enable_thinking")
-            .or_insert(Value::Bool(effort != ReasoningEffort::None));
-        args.insert("reasoning_effort".into(), effort.as_str().into());
-    }
-    for (key, value) in args {
+    for (key, value) in template_args(request) {
         context.insert(key, value);
     }
 

@@ -41,9 +41,9 @@ _JAIL = "the jail's whole parse (the tool parsers' own differences under Dynamo'
 OPEN: dict[str, str] = {
     "deepseek_r1+hermes": f"{_JAIL}; JSON calls in content",
     "qwen3+qwen3_coder": f"compact qwen3_coder arguments; {_JAIL}",
-    "kimi_k2+kimi_k2": f"the name kimi_k2 is not forced in 1.6.1; {_JAIL}",
-    "gpt_oss+harmony": "Harmony channels and calls",
-    "deepseek_v3_1+deepseek_v3_1": "deepseek_v3_1 reasoning is off unless the request enables it",
+    "kimi_k2+kimi_k2": f"compact kimi_k2 arguments; {_JAIL}",
+    "gpt_oss+harmony": "the reference falls back without the Harmony encoding (offline)",
+    "deepseek_v3_1+deepseek_v3_1": f"compact deepseek_v3_1 arguments; {_JAIL}",
     "none+mistral": _JAIL,
     "none+llama3_json": f"{_JAIL}; JSON calls in content",
     "none+pythonic": _JAIL,

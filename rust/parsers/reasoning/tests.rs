@@ -153,7 +153,8 @@ fn append_think_prefixes_content_once() {
 /// boundaries for short texts), gives the fixture's expected split.
 #[test]
 fn fixtures_survive_every_cut() {
-    use crate::parsers::registry::new_reasoning_parser;
+    use crate::parsers::dialect::Dialect;
+    use crate::parsers::registry::ReasoningFamily;
     use serde_json::Value;
 
     let dir =
@@ -169,6 +170,10 @@ fn fixtures_survive_every_cut() {
                 .as_str()
                 .unwrap();
             let in_reasoning = case.get("in_reasoning").and_then(Value::as_bool);
+            let dialect: Dialect = case
+                .get("dialect")
+                .and_then(Value::as_str)
+                .map_or(Dialect::Dynamo, |d| d.parse().unwrap());
             let text = case["text"].as_str().unwrap();
             let want = (
                 case["expect"]["reasoning_content"].as_str().unwrap_or(""),
@@ -186,7 +191,11 @@ fn fixtures_survive_every_cut() {
             };
             for &i in &bounds {
                 for &j in pairs.iter().filter(|&&j| j >= i) {
-                    let mut parser = new_reasoning_parser(name, in_reasoning, &[], false).unwrap();
+                    // The name as the case's dialect reads it, as `ChatParser` does.
+                    let mut parser = ReasoningFamily::resolve(name)
+                        .unwrap()
+                        .read_by(dialect, false)
+                        .build(in_reasoning, &[], false);
                     let mut out = Delta::default();
                     for piece in [&text[..i], &text[i..j], &text[j..]] {
                         parser.feed(piece, &mut out);
