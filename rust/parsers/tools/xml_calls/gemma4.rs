@@ -271,7 +271,11 @@ impl Gemma4Parser {
         }
         let fragment = &mut self.fragment;
         fragment.clear();
-        fragment.push_str(if self.args_open { ", " } else { "{" });
+        fragment.push_str(if self.args_open {
+            self.tools.json_style().item_separator()
+        } else {
+            "{"
+        });
         let mut reader = Reader {
             quote: self.syntax.quote,
             text: &self.entry,
@@ -374,7 +378,7 @@ impl<'a> Reader<'a> {
                 return Ok(());
             }
             if !first {
-                out.push_str(", ");
+                out.push_str(self.tools.json_style().item_separator());
             }
             self.member(out, depth)?;
             first = false;
@@ -401,7 +405,7 @@ impl<'a> Reader<'a> {
         if !self.eat(':') {
             return Err("expected `:` after an argument name");
         }
-        out.push_str(": ");
+        out.push_str(self.tools.json_style().key_separator());
         let ty = if depth == 0 {
             self.tools.param_type(self.tool, key)
         } else {
@@ -423,7 +427,7 @@ impl<'a> Reader<'a> {
                 return Ok(());
             }
             if !first {
-                out.push_str(", ");
+                out.push_str(self.tools.json_style().item_separator());
             }
             self.value(out, ParamType::UNKNOWN, depth)?;
             first = false;
@@ -450,7 +454,7 @@ impl<'a> Reader<'a> {
             if token.is_empty() {
                 return Err("missing value");
             }
-            write_typed_value(token, ty, out);
+            write_typed_value(token, ty, self.tools.json_style(), out);
             Ok(())
         }
     }

@@ -436,9 +436,10 @@ impl TaggedParser {
     fn param_prefix(&mut self) {
         let fragment = &mut self.fragment;
         fragment.clear();
-        fragment.push_str(if self.args_open { ", " } else { "{" });
+        let style = self.tools.json_style();
+        fragment.push_str(if self.args_open { style.item_separator() } else { "{" });
         write_json_str(self.key.trim(), fragment);
-        fragment.push_str(": ");
+        fragment.push_str(style.key_separator());
         self.args_open = true;
     }
 
@@ -502,13 +503,14 @@ impl TaggedParser {
             value = value.strip_suffix('\n').unwrap_or(value);
         }
         let fragment = &mut self.fragment;
+        let style = self.tools.json_style();
         match self.typing {
             ValueTyping::Text => write_json_str(value, fragment),
             ValueTyping::Json => match serde_json::from_str::<serde_json::Value>(value.trim()) {
-                Ok(parsed) => write_json(&parsed, fragment),
-                Err(_) => write_typed_value(value, key_type, fragment),
+                Ok(parsed) => write_json(&parsed, style, fragment),
+                Err(_) => write_typed_value(value, key_type, style, fragment),
             },
-            ValueTyping::Schema => write_typed_value(value, key_type, fragment),
+            ValueTyping::Schema => write_typed_value(value, key_type, style, fragment),
         }
         sink.arguments(fragment);
         self.value.clear();
