@@ -25,6 +25,7 @@
 //!   markup, not content.
 
 mod family;
+mod in_content;
 mod named;
 mod objects;
 mod olmo3;
@@ -38,6 +39,7 @@ use family::{sets, Family, Sets, DS_CALL_BEGIN, FAMILIES, KIMI_CALL_BEGIN};
 use pythonic::ListScan;
 use wrapper::Wrapper;
 
+use crate::parsers::dialect::Dialect;
 use crate::parsers::json::JsonScanner;
 use crate::parsers::{CallSink, ToolParse, Tools};
 
@@ -77,6 +79,8 @@ enum State {
     Skip,
     /// Inside a pythonic call list, up to its closing `]`.
     Python,
+    /// A JSON value in the content that may be a call (`in_content`).
+    InContent,
 }
 
 fn leading_ws(text: &str) -> usize {
@@ -116,10 +120,19 @@ struct JsonCalls {
     wrapper: Wrapper,
     py: ListScan,
     py_text: String,
+    /// Calls written in the content are read (Dynamo's JSON families).
+    content_calls: bool,
+    /// A `{` or `[` in the content was not a call: no later one is tried.
+    content_calls_ended: bool,
+    content_scan: JsonScanner,
+    /// Where the JSON value starts in `raw` (after its leading whitespace).
+    content_json_from: Option<usize>,
 }
 
 impl JsonCalls {
     fn new(family: Family, tools: Arc<Tools>) -> Self {
+        let content_calls =
+            sets(family).spec.calls_in_content && tools.dialect() == Dialect::Dynamo;
         Self {
             family,
             tools,
@@ -140,6 +153,10 @@ impl JsonCalls {
             wrapper: Wrapper::new(sets(family).spec.keys),
             py: ListScan::new(),
             py_text: String::new(),
+            content_calls,
+            content_calls_ended: false,
+            content_scan: JsonScanner::new(),
+            content_json_from: None,
         }
     }
 
@@ -210,6 +227,7 @@ impl JsonCalls {
             State::Args => self.args(rest, sink),
             State::Close | State::Skip => self.close_or_skip(rest),
             State::Python => self.python(rest, sink),
+            State::InContent => self.in_content(rest, sink),
         }
     }
 
@@ -252,7 +270,11 @@ impl ToolParse for JsonCalls {
 
     fn finish(&mut self, sink: &mut CallSink) {
         let held = std::mem::take(&mut self.pending);
-        if self.tentative {
+        if self.state == State::InContent && self.finish_in_content(&held, sink) {
+            self.commit();
+        } else if self.state == State::InContent {
+            sink.content(&self.raw);
+        } else if self.tentative {
             sink.content(&self.raw);
             sink.content(&held);
         } else {
@@ -281,6 +303,7 @@ impl ToolParse for JsonCalls {
         self.tentative = false;
         self.release = false;
         self.boundary = true;
+        self.content_calls_ended = false;
         self.state = State::Text;
     }
 

@@ -8,6 +8,11 @@ use crate::parsers::CallSink;
 impl JsonCalls {
     /// Plain text: content up to a call opener.
     pub(super) fn text(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
+        if self.calls_in_content() {
+            if let Some(used) = self.text_before_content_call(rest, sink) {
+                return used;
+            }
+        }
         let bytes = rest.as_bytes();
         if self.boundary {
             let ws = leading_ws(rest);
@@ -52,6 +57,39 @@ impl JsonCalls {
                 (hold_from > 0).then_some(hold_from)
             }
         }
+    }
+
+    /// Text while calls written in the content are read: content up to the first `{`
+    /// or `[` that comes before any marker, less the whitespace just before it (which
+    /// goes with a call); trailing whitespace waits for what follows it. `None`: a
+    /// marker comes first, for [`Self::text`] to handle.
+    fn text_before_content_call(
+        &mut self,
+        rest: &str,
+        sink: &mut CallSink,
+    ) -> Option<Option<usize>> {
+        let marker_at = match self.sets.text.scan(rest) {
+            Scan::Found { start, .. } => start,
+            Scan::Partial { hold_from } if hold_from < rest.len() => hold_from,
+            Scan::Partial { .. } => rest.len(),
+        };
+        let opener = rest[..marker_at].find(['{', '[']);
+        let cut = opener.unwrap_or(marker_at);
+        if opener.is_none() && cut < rest.len() {
+            return None;
+        }
+        self.boundary = false;
+        let ws_from = rest[..cut].trim_end_matches([' ', '\t', '\n', '\r']).len();
+        if ws_from > 0 {
+            sink.content(&rest[..ws_from]);
+            return Some(Some(ws_from));
+        }
+        if opener.is_none() {
+            // Only whitespace: it belongs to whatever follows.
+            return Some(None);
+        }
+        self.start_in_content();
+        Some(Some(0))
     }
 
     /// After a start marker: what kind of call this is.
