@@ -68,24 +68,23 @@ impl JsonCalls {
         rest: &str,
         sink: &mut CallSink,
     ) -> Option<Option<usize>> {
-        let marker_at = match self.sets.text.scan(rest) {
-            Scan::Found { start, .. } => start,
-            Scan::Partial { hold_from } if hold_from < rest.len() => hold_from,
-            Scan::Partial { .. } => rest.len(),
+        let (marker_at, found) = match self.sets.text.scan(rest) {
+            Scan::Found { start, .. } => (start, true),
+            Scan::Partial { hold_from } => (hold_from, false),
         };
         let opener = rest[..marker_at].find(['{', '[']);
-        let cut = opener.unwrap_or(marker_at);
-        if opener.is_none() && cut < rest.len() {
+        if opener.is_none() && found {
             return None;
         }
         self.boundary = false;
+        let cut = opener.unwrap_or(marker_at);
         let ws_from = rest[..cut].trim_end_matches([' ', '\t', '\n', '\r']).len();
         if ws_from > 0 {
             sink.content(&rest[..ws_from]);
             return Some(Some(ws_from));
         }
         if opener.is_none() {
-            // Only whitespace: it belongs to whatever follows.
+            // Whitespace, maybe a marker's first bytes: they belong to what follows.
             return Some(None);
         }
         self.start_in_content();

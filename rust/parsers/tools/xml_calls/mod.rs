@@ -276,7 +276,7 @@ mod tests {
     fn megabyte_value_streams_in_linear_pieces() {
         let value: String = "é<a href=\"x\">\\ ".repeat(70_000);
         assert!(value.len() > 1_000_000);
-        let mut expected = String::from("{\"content\": ");
+        let mut expected = String::from("{\"content\":");
         crate::parsers::schema::write_json_str(&value, &mut expected);
         expected.push('}');
         let typed = string_tools();
@@ -319,7 +319,7 @@ mod tests {
             sink.drain_into(&mut delta);
             assert_eq!(delta.calls.len(), 1, "{family}");
             assert_eq!(
-                delta.calls[0].arguments, "{\"content\": \"abc\\nde",
+                delta.calls[0].arguments, "{\"content\":\"abc\\nde",
                 "{family}"
             );
             parser.feed(&text[cut..], &mut sink);
