@@ -260,7 +260,11 @@ impl serde_json::ser::Formatter for JsonStyle {
 
 impl JsonStyle {
     /// The item separator before every array item and object key but the first.
-    fn before_item<W: ?Sized + std::io::Write>(self, writer: &mut W, first: bool) -> std::io::Result<()> {
+    fn before_item<W: ?Sized + std::io::Write>(
+        self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
         if first {
             Ok(())
         } else {
@@ -442,7 +446,12 @@ mod tests {
 
     fn typed(param: &str, raw: &str) -> String {
         let mut out = String::new();
-        write_typed_value(raw, tools().param_type("f", param), JsonStyle::Python, &mut out);
+        write_typed_value(
+            raw,
+            tools().param_type("f", param),
+            JsonStyle::Python,
+            &mut out,
+        );
         out
     }
 

@@ -96,7 +96,11 @@ impl MinimaxM3Parser {
         let schema = self.tools.get(&self.name).map(|t| &t.parameters);
         let params = parse_params(&self.body);
         let mut arguments = String::new();
-        write_json(&object(params, schema), self.tools.json_style(), &mut arguments);
+        write_json(
+            &object(params, schema),
+            self.tools.json_style(),
+            &mut arguments,
+        );
         sink.arguments(&arguments);
         sink.end_call();
         self.body.clear();

@@ -437,7 +437,11 @@ impl TaggedParser {
         let fragment = &mut self.fragment;
         fragment.clear();
         let style = self.tools.json_style();
-        fragment.push_str(if self.args_open { style.item_separator() } else { "{" });
+        fragment.push_str(if self.args_open {
+            style.item_separator()
+        } else {
+            "{"
+        });
         write_json_str(self.key.trim(), fragment);
         fragment.push_str(style.key_separator());
         self.args_open = true;
