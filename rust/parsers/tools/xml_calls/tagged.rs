@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use super::{feed_at_markers, MarkerDriven};
 use crate::parsers::markers::{Held, MarkerSet};
 use crate::parsers::schema::{
-    escape_json_into, write_json, write_json_str, write_typed_value, ParamType,
+    escape_json_into, write_json, write_json_str, write_typed_value, ParamType, ValueKind,
 };
 use crate::parsers::{CallSink, ToolParse, Tools};
 
@@ -447,13 +447,26 @@ impl TaggedParser {
         self.args_open = true;
     }
 
+    /// The current parameter's type. A value no schema types is text: Dynamo 1.6.1
+    /// (measured: qwen3_coder, glm47, minimax_m2), vLLM and SGLang all keep `3` or
+    /// `{"a": 1}` written between tags as a string when neither the tool nor the
+    /// parameter is declared.
+    fn param_type(&self) -> ParamType {
+        let ty = self.tools.param_type(&self.name, self.key.trim());
+        if ty.kind == ValueKind::Unknown {
+            ParamType::STRING
+        } else {
+            ty
+        }
+    }
+
     /// A value begins. Plain strings stream (their JSON is known byte by byte); any other
     /// type is decided only by the whole text, so it is gathered until the value closes.
     fn open_value(&mut self, sink: &mut CallSink) -> State {
         self.value.clear();
         self.value_started = false;
         self.newline_held = false;
-        let ty = self.tools.param_type(&self.name, self.key.trim());
+        let ty = self.param_type();
         self.streaming_value = match self.typing {
             ValueTyping::Text => true,
             ValueTyping::Json => false,
@@ -499,7 +512,7 @@ impl TaggedParser {
             sink.arguments("\"");
             return;
         }
-        let key_type = self.tools.param_type(&self.name, self.key.trim());
+        let key_type = self.param_type();
         self.param_prefix();
         let mut value = self.value.as_str();
         if self.format.trim_newlines {
