@@ -127,12 +127,24 @@ struct JsonCalls {
     content_scan: JsonScanner,
     /// Where the JSON value starts in `raw` (after its leading whitespace).
     content_json_from: Option<usize>,
+    /// Bare arguments are gathered and re-serialised compactly (Dynamo's DeepSeek
+    /// V3/V3.1 and Kimi K2 parsers hand out `{"city":"Paris"}` whatever the spacing).
+    compact_args: bool,
+    args_text: String,
 }
 
 impl JsonCalls {
     fn new(family: Family, tools: Arc<Tools>) -> Self {
+        // Dynamo's JSON families: calls in the content, and any arguments value.
         let content_calls =
             sets(family).spec.calls_in_content && tools.dialect() == Dialect::Dynamo;
+        let compact_args = tools.dialect() == Dialect::Dynamo
+            && matches!(
+                family,
+                Family::DeepseekV3 | Family::DeepseekV31 | Family::KimiK2
+            );
+        let mut wrapper = Wrapper::new(sets(family).spec.keys);
+        wrapper.any_arguments = content_calls;
         Self {
             family,
             tools,
@@ -150,13 +162,15 @@ impl JsonCalls {
             args: JsonScanner::new(),
             args_started: false,
             closing_text: false,
-            wrapper: Wrapper::new(sets(family).spec.keys),
+            wrapper,
             py: ListScan::new(),
             py_text: String::new(),
             content_calls,
             content_calls_ended: false,
             content_scan: JsonScanner::new(),
             content_json_from: None,
+            compact_args,
+            args_text: String::new(),
         }
     }
 
@@ -225,7 +239,7 @@ impl JsonCalls {
             State::Name => self.name(rest, sink),
             State::Fence => self.fence(rest, sink),
             State::Args => self.args(rest, sink),
-            State::Close | State::Skip => self.close_or_skip(rest),
+            State::Close | State::Skip => self.close_or_skip(rest, sink),
             State::Python => self.python(rest, sink),
             State::InContent => self.in_content(rest, sink),
         }
@@ -280,7 +294,20 @@ impl ToolParse for JsonCalls {
         } else {
             match self.state {
                 State::Text => sink.content(&held),
+                // Dynamo keeps a whole call whose block never closed (hermes measured),
+                // and closes a call cut inside its object (hermes, jamba, nemotron_deci).
+                State::After if sink.has_open_call() && self.content_calls => sink.end_call(),
+                State::Wrapper
+                    if sink.has_open_call()
+                        && self.content_calls
+                        && self.wrapper.close_cut(sink) =>
+                {
+                    sink.end_call()
+                }
                 State::After if sink.has_open_call() => {
+                    sink.drop_call("the call's end marker never came")
+                }
+                State::Close if sink.has_open_call() => {
                     sink.drop_call("the call's end marker never came")
                 }
                 State::Close if self.closing_text => sink.error(

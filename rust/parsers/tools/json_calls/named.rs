@@ -179,15 +179,26 @@ impl JsonCalls {
             }
             self.args_started = true;
             self.args.reset();
+            self.args_text.clear();
         }
         match self.args.feed(bytes) {
             Scanned::More => {
-                sink.arguments(rest);
+                self.take_args(rest, sink);
                 Some(rest.len())
             }
             Scanned::Done(n) => {
-                sink.arguments(&rest[..n]);
-                sink.end_call();
+                self.take_args(&rest[..n], sink);
+                if self.compact_args {
+                    let text = std::mem::take(&mut self.args_text);
+                    match serde_json::from_str::<serde_json::Value>(&text) {
+                        Ok(value) => sink.arguments(&value.to_string()),
+                        Err(_) => sink.arguments(&text),
+                    }
+                }
+                // Dynamo keeps such a call only once its own end marker comes.
+                if !(self.compact_args && self.sets.close.is_some()) {
+                    sink.end_call();
+                }
                 self.state = if self.sets.close.is_some() {
                     State::Close
                 } else {
@@ -196,15 +207,24 @@ impl JsonCalls {
                 Some(n)
             }
             Scanned::Invalid(k, why) => {
-                sink.arguments(&rest[..k]);
+                self.take_args(&rest[..k], sink);
                 self.fail(why, sink);
                 Some(k)
             }
         }
     }
 
+    /// Argument bytes: forwarded as they come, or gathered to be written compactly.
+    fn take_args(&mut self, piece: &str, sink: &mut CallSink) {
+        if self.compact_args {
+            self.args_text.push_str(piece);
+        } else {
+            sink.arguments(piece);
+        }
+    }
+
     /// Markup after a call, or a broken call's rest, up to where parsing resumes.
-    pub(super) fn close_or_skip(&mut self, rest: &str) -> Option<usize> {
+    pub(super) fn close_or_skip(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
         // The skip markers include the close markers, so markup after a call also ends
         // at its section's end when the call's own end marker is misspelled or missing.
         let Some(set) = self.sets.skip.as_ref() else {
@@ -223,6 +243,15 @@ impl JsonCalls {
             return (taken > 0).then_some(taken);
         };
         self.closing_text = false;
+        if self.state == State::Close && sink.has_open_call() {
+            if matches!(marker, DS_CALL_END | KIMI_CALL_END) {
+                sink.end_call();
+            } else {
+                sink.drop_call(format!(
+                    "the call's end marker never came (`{marker}` first)"
+                ));
+            }
+        }
         match marker {
             // A new Mistral call resynchronises; leave its marker to Text.
             MISTRAL_CALLS => {
