@@ -131,6 +131,8 @@ struct JsonCalls {
     /// V3/V3.1 and Kimi K2 parsers hand out `{"city":"Paris"}` whatever the spacing).
     compact_args: bool,
     args_text: String,
+    /// Reading Kimi K2 arguments that are not JSON (`named::raw_args`).
+    raw_args: bool,
 }
 
 impl JsonCalls {
@@ -171,6 +173,7 @@ impl JsonCalls {
             content_json_from: None,
             compact_args,
             args_text: String::new(),
+            raw_args: false,
         }
     }
 
@@ -297,9 +300,13 @@ impl ToolParse for JsonCalls {
                 // Dynamo keeps a whole call whose block never closed (hermes measured),
                 // and closes a call cut inside its object (hermes, jamba, nemotron_deci).
                 State::After if sink.has_open_call() && self.content_calls => sink.end_call(),
+                // Not after a marker with no end of its own (`<|python_tag|>`,
+                // `functools`, `[TOOL_CALLS]`): Dynamo drops those.
                 State::Wrapper
                     if sink.has_open_call()
                         && self.content_calls
+                        && self.sets.after.is_some()
+                        && self.family != Family::Mistral
                         && self.wrapper.close_cut(sink) =>
                 {
                     sink.end_call()
@@ -331,6 +338,7 @@ impl ToolParse for JsonCalls {
         self.release = false;
         self.boundary = true;
         self.content_calls_ended = false;
+        self.raw_args = false;
         self.state = State::Text;
     }
 

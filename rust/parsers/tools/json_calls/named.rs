@@ -155,17 +155,25 @@ impl JsonCalls {
     /// A bare arguments object, forwarded verbatim.
     pub(super) fn args(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
         let bytes = rest.as_bytes();
+        if self.raw_args {
+            return self.raw_args(rest, sink);
+        }
         if !self.args_started {
             let ws = leading_ws(rest);
             if ws > 0 {
                 return Some(ws);
             }
-            if bytes[0] != b'{' {
+            // Dynamo takes a list too (`["Paris"]`), and Kimi's any text.
+            let list = self.compact_args && bytes[0] == b'[';
+            if bytes[0] != b'{' && !list {
                 // The call's end marker right away: a call without parameters.
                 if let Some(close) = &self.sets.close {
                     match close.scan(rest) {
                         Scan::Found { start: 0, .. } => {
-                            sink.arguments("{}");
+                            // Dynamo's Kimi K2 hands out the empty text as it is.
+                            if !(self.compact_args && self.family == Family::KimiK2) {
+                                sink.arguments("{}");
+                            }
                             sink.end_call();
                             self.state = State::Close;
                             return Some(0);
@@ -173,6 +181,11 @@ impl JsonCalls {
                         Scan::Partial { hold_from: 0 } => return None,
                         _ => {}
                     }
+                }
+                if self.compact_args && self.family == Family::KimiK2 {
+                    self.args_text.clear();
+                    self.raw_args = true;
+                    return Some(0);
                 }
                 self.fail("arguments are not a JSON object", sink);
                 return Some(0);
@@ -208,10 +221,33 @@ impl JsonCalls {
             }
             Scanned::Invalid(k, why) => {
                 self.take_args(&rest[..k], sink);
-                self.fail(why, sink);
+                if self.compact_args && self.family == Family::KimiK2 {
+                    // Dynamo's Kimi K2 keeps arguments that are not JSON as written.
+                    self.raw_args = true;
+                } else {
+                    self.fail(why, sink);
+                }
                 Some(k)
             }
         }
+    }
+
+    /// Kimi K2 arguments that are not JSON: their text, up to the call's end marker.
+    fn raw_args(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
+        let close = self.sets.close.as_ref()?;
+        let (taken, found) = match close.scan(rest) {
+            Scan::Found { start, .. } => (start, true),
+            Scan::Partial { hold_from } => (hold_from, false),
+        };
+        self.args_text.push_str(&rest[..taken]);
+        if !found {
+            return (taken > 0).then_some(taken);
+        }
+        self.raw_args = false;
+        let text = std::mem::take(&mut self.args_text);
+        sink.arguments(text.trim());
+        self.state = State::Close;
+        Some(taken)
     }
 
     /// Argument bytes: forwarded as they come, or gathered to be written compactly.

@@ -8,6 +8,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::{feed_at_markers, MarkerDriven};
+use crate::parsers::dialect::Dialect;
 use crate::parsers::markers::{Held, MarkerSet};
 use crate::parsers::schema::{write_json_str, write_typed_value, ParamType};
 use crate::parsers::{CallSink, ToolParse, Tools};
@@ -470,6 +471,11 @@ impl ToolParse for Gemma4Parser {
         match self.state {
             State::Text => sink.content(&held),
             State::Head | State::Skip => sink.error("Gemma tool call not closed"),
+            // Dynamo keeps a call whose arguments closed but whose end marker never came
+            // (measured).
+            State::Body if self.depth == 0 && self.tools.dialect() == Dialect::Dynamo => {
+                self.close_call(sink)
+            }
             State::Body | State::Quoted => sink.drop_call("output ended inside the call"),
         }
         self.state = State::Text;

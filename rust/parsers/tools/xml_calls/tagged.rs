@@ -10,6 +10,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::{feed_at_markers, MarkerDriven};
+use crate::parsers::dialect::Dialect;
 use crate::parsers::markers::{Held, MarkerSet};
 use crate::parsers::schema::{
     escape_json_into, write_json, write_json_str, write_typed_value, ParamType, ValueKind,
@@ -547,6 +548,13 @@ impl ToolParse for TaggedParser {
             State::Block if self.calls_in_block > 0 => {}
             State::Block | State::Skip | State::Head => {
                 sink.error("tool-call block not closed");
+            }
+            // Dynamo's Qwen3-Coder keeps a call cut off between its parameters (measured).
+            State::Invoke
+                if std::ptr::eq(self.format, &QWEN3_CODER)
+                    && self.tools.dialect() == Dialect::Dynamo =>
+            {
+                self.end_call(sink, State::Text);
             }
             State::Invoke | State::Key | State::AfterKey | State::Value => {
                 sink.drop_call("output ended inside the call");
