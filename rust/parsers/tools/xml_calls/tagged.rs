@@ -240,6 +240,9 @@ pub(super) struct TaggedParser {
     value_started: bool,
     /// A newline held back because it may be the value's last (markup) one.
     newline_held: bool,
+    /// Whitespace at the end of the value so far, held until text follows it (values
+    /// trimmed whole, Dynamo's Qwen3-Coder).
+    held_ws: String,
     calls_in_block: usize,
 }
 
@@ -260,6 +263,7 @@ impl TaggedParser {
             streaming_value: false,
             value_started: false,
             newline_held: false,
+            held_ws: String::new(),
             calls_in_block: 0,
         }
     }
@@ -369,6 +373,15 @@ impl MarkerDriven for TaggedParser {
                 self.close_value(sink);
                 State::Invoke
             }
+            (State::Value, Role::ParamOpen) if self.dynamo_qwen3() => {
+                self.absorb(self.format.param_open, sink);
+                State::Value
+            }
+            (State::Value, Role::BlockClose) if self.dynamo_qwen3() => {
+                self.absorb(self.format.block_close, sink);
+                self.close_value(sink);
+                self.end_call(sink, State::Text)
+            }
             (State::Value, Role::ParamOpen) => {
                 self.close_value(sink);
                 self.key.clear();
@@ -448,16 +461,26 @@ impl TaggedParser {
         self.args_open = true;
     }
 
+    /// Dynamo 1.6.1's Qwen3-Coder reading (measured): a value is trimmed whole and ends
+    /// only at `</parameter>` or `</function>`; a `<parameter=` inside it is text, and a
+    /// `</tool_call>` that comes first is its last text.
+    fn dynamo_qwen3(&self) -> bool {
+        std::ptr::eq(self.format, &QWEN3_CODER) && self.tools.dialect() == Dialect::Dynamo
+    }
+
     /// The current parameter's type. A value no schema types is text: Dynamo 1.6.1
     /// (measured: qwen3_coder, glm47, minimax_m2), vLLM and SGLang all keep `3` or
     /// `{"a": 1}` written between tags as a string when neither the tool nor the
-    /// parameter is declared.
+    /// parameter is declared (`null` aside, below).
     fn param_type(&self) -> ParamType {
         let ty = self.tools.param_type(&self.name, self.key.trim());
-        if ty.kind == ValueKind::Unknown {
-            ParamType::STRING
-        } else {
-            ty
+        if ty.kind != ValueKind::Unknown {
+            return ty;
+        }
+        // Dynamo reads an untyped `null` as null, except in GLM's tags (measured).
+        ParamType {
+            nullable: self.tools.dialect() == Dialect::Dynamo && !std::ptr::eq(self.format, &GLM),
+            ..ParamType::STRING
         }
     }
 
@@ -467,6 +490,7 @@ impl TaggedParser {
         self.value.clear();
         self.value_started = false;
         self.newline_held = false;
+        self.held_ws.clear();
         let ty = self.param_type();
         self.streaming_value = match self.typing {
             ValueTyping::Text => true,
@@ -483,6 +507,28 @@ impl TaggedParser {
 
     fn stream_value(&mut self, text: &str, sink: &mut CallSink) {
         let mut text = text;
+        if self.dynamo_qwen3() {
+            // The value is trimmed whole: leading whitespace is dropped, trailing
+            // whitespace waits to see whether more text follows it.
+            if !self.value_started {
+                text = text.trim_start();
+                if text.is_empty() {
+                    return;
+                }
+            }
+            let body = text.trim_end();
+            let fragment = &mut self.fragment;
+            fragment.clear();
+            if !body.is_empty() {
+                escape_json_into(&self.held_ws, fragment);
+                self.held_ws.clear();
+                escape_json_into(body, fragment);
+            }
+            self.held_ws.push_str(&text[body.len()..]);
+            self.value_started = true;
+            sink.arguments(fragment);
+            return;
+        }
         let fragment = &mut self.fragment;
         fragment.clear();
         if self.format.trim_newlines {
@@ -516,7 +562,9 @@ impl TaggedParser {
         let key_type = self.param_type();
         self.param_prefix();
         let mut value = self.value.as_str();
-        if self.format.trim_newlines {
+        if self.dynamo_qwen3() {
+            value = value.trim();
+        } else if self.format.trim_newlines {
             value = value.strip_prefix('\n').unwrap_or(value);
             value = value.strip_suffix('\n').unwrap_or(value);
         }
