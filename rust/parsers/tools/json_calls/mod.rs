@@ -303,8 +303,7 @@ impl ToolParse for JsonCalls {
                 // Not after a marker with no end of its own (`<|python_tag|>`,
                 // `functools`, `[TOOL_CALLS]`): Dynamo drops those.
                 State::Wrapper
-                    if sink.has_open_call()
-                        && self.content_calls
+                    if self.content_calls
                         && self.sets.after.is_some()
                         && self.family != Family::Mistral
                         && self.wrapper.close_cut(sink) =>

@@ -238,6 +238,17 @@ impl Wrapper {
     /// lists and objects closed) and say whether that leaves a whole call, whose
     /// arguments are then complete on the sink.
     pub(super) fn close_cut(&mut self, sink: &mut CallSink) -> bool {
+        if !self.begun && self.st == W::Value && self.field == Field::Name {
+            // Cut inside the name: closed, it names the call (`"get_` is `get_`).
+            let Some(closing) = self.value.closing() else {
+                return false;
+            };
+            self.name_raw.push_str(&closing);
+            if self.open_call(sink).is_err() {
+                return false;
+            }
+            return matches!(self.close(0, sink), WStep::Done(_));
+        }
         if !self.begun {
             return false;
         }

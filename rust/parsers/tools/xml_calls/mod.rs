@@ -329,7 +329,11 @@ mod tests {
             sink.drain_into(&mut delta);
             // Qwen3-Coder's own newline around the value is markup; the value's is kept,
             // except by Dynamo's, which trims the value whole.
-            let tail = if *family == "qwen3_coder" { "f\"}" } else { "f\\n\"}" };
+            let tail = if *family == "qwen3_coder" {
+                "f\"}"
+            } else {
+                "f\\n\"}"
+            };
             assert_eq!(delta.calls[0].arguments, tail, "{family}");
         }
     }
