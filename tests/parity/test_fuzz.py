@@ -109,7 +109,8 @@ def test_the_stage_fails_with_one_parser_rule_off(fuzz_stack: StackFor) -> None:
     report = fuzz.fuzz_pair(made, SEED, CASES)
     assert len(report.findings) > CASES // 4, report.classes
     assert any("reasoning_content" in c for c in report.classes)
-    first = report.findings[:1]
+    # The first case the mutation changed (others may differ for open classes too).
+    first = [f for f in report.findings if any("reasoning_content" in c for c in f.classes)][:1]
     fuzz.shrink(made, first, max_rounds=6)
     assert len(first[0].case.text) <= 8, first[0].case.describe()
 
