@@ -45,9 +45,9 @@ OPEN: dict[str, str] = {
     "gpt_oss+harmony": "Harmony channels and calls",
     "deepseek_v3_1+deepseek_v3_1": "deepseek_v3_1 reasoning is off unless the request enables it",
     "none+mistral": _JAIL,
-    "none+llama3_json": f"{_JAIL}; a call after a tag merged into one token (`>{{`)",
+    "none+llama3_json": _JAIL,
     "none+pythonic": _JAIL,
-    "none+default": f"{_JAIL}; a call after a tag merged into one token (`>{{`)",
+    "none+default": _JAIL,
 }
 
 

@@ -124,6 +124,8 @@ struct JsonCalls {
     content_calls: bool,
     /// A `{` or `[` in the content was not a call: no later one is tried.
     content_calls_ended: bool,
+    /// The last byte consumed was `>` (a `{` right after a tag opens no call).
+    after_gt: bool,
     content_scan: JsonScanner,
     /// Where the JSON value starts in `raw` (after its leading whitespace).
     content_json_from: Option<usize>,
@@ -169,6 +171,7 @@ impl JsonCalls {
             py_text: String::new(),
             content_calls,
             content_calls_ended: false,
+            after_gt: false,
             content_scan: JsonScanner::new(),
             content_json_from: None,
             compact_args,
@@ -258,6 +261,9 @@ impl JsonCalls {
             if self.tentative {
                 self.raw.push_str(&rest[..n]);
             }
+            if n > 0 {
+                self.after_gt = rest.as_bytes()[n - 1] == b'>';
+            }
             pos += n;
             if self.release {
                 self.release = false;
@@ -337,6 +343,7 @@ impl ToolParse for JsonCalls {
         self.release = false;
         self.boundary = true;
         self.content_calls_ended = false;
+        self.after_gt = false;
         self.raw_args = false;
         self.state = State::Text;
     }

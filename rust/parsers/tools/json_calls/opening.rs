@@ -72,7 +72,7 @@ impl JsonCalls {
             Scan::Found { start, .. } => (start, true),
             Scan::Partial { hold_from } => (hold_from, false),
         };
-        let opener = rest[..marker_at].find(['{', '[']);
+        let opener = self.content_opener(&rest[..marker_at]);
         if opener.is_none() && found {
             return None;
         }
@@ -89,6 +89,26 @@ impl JsonCalls {
         }
         self.start_in_content();
         Some(Some(0))
+    }
+
+    /// Where a call in the content may open: the first `{` or `[`, except a `{` right
+    /// after a `>` (Dynamo's jail starts on a token that begins with `{` or `[`, and
+    /// tokenizers merge `>{`, so `<tool_call>{…}` is text to a family without that tag).
+    fn content_opener(&self, text: &str) -> Option<usize> {
+        let bytes = text.as_bytes();
+        let mut from = 0;
+        while let Some(i) = text[from..].find(['{', '[']).map(|i| from + i) {
+            let after_gt = if i == 0 {
+                self.after_gt
+            } else {
+                bytes[i - 1] == b'>'
+            };
+            if !(bytes[i] == b'{' && after_gt) {
+                return Some(i);
+            }
+            from = i + 1;
+        }
+        None
     }
 
     /// After a start marker: what kind of call this is.
