@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -153,12 +154,15 @@ async def run_scenario(
     )
 
 
-def start_server() -> tuple[subprocess.Popen[str], int]:
+def start_server(
+    env: dict[str, str] | None = None, args: Sequence[str] = ()
+) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shakedown", "serve"],
+        [sys.executable, "-m", "shakedown", "serve", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()

@@ -21,9 +21,12 @@ the server's CPU per request into stages: the granian threads (Rust: sockets, HT
 in (routing, Pipeline.chat, the engine, Exchange.feed, sends...). It needs py-spy (`pip install
 py-spy`) and the right to ptrace the server (root, or ptrace_scope 0).
 
+With --before DIR it also runs a second `shakedown serve` importing shakedown from DIR (another
+checkout's `python/` folder with its built `_core`), as the row `before`, in the same rounds.
+
 Loopback only; each scenario is bounded by time (wrk) or by a request count and time (asyncio).
 
-usage: python benches/bench_floor.py [--seconds 3] [--rounds 3] [--client wrk|asyncio]
+usage: python benches/bench_floor.py [--seconds 3] [--rounds 3] [--client wrk|asyncio] [--before DIR]
        python benches/bench_floor.py --profile [--seconds 6]
 """
 
@@ -187,6 +190,54 @@ def run_asyncio(port: int, stream: bool, concurrency: int, seconds: float) -> di
     }
 
 
+# --- memory per open stream ------------------------------------------------------------------
+
+OPEN_STREAMS = 256
+STREAM_DELAY_S = 0.5
+"""The mocker's delay per token while streams are held open: the first event comes after it."""
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+async def hold_streams(port: int, count: int) -> list[Conn]:
+    """`count` streams open, each past its first event."""
+    conns = [await Conn.open(port) for _ in range(count)]
+
+    async def first_event(conn: Conn) -> None:
+        conn.writer.write(http_request(chat_body(True)))
+        await asyncio.wait_for(conn.reader.readuntil(b"\n\n"), 30)
+
+    await asyncio.gather(*(first_event(conn) for conn in conns))
+    return conns
+
+
+def memory_per_stream(env: dict[str, str] | None, count: int) -> float:
+    """KiB of resident memory per open stream: `count` streams held against a `shakedown serve`
+    whose mocker waits `STREAM_DELAY_S` per token, after a few held and closed to warm it up."""
+    proc, port = start_server(env, ["--token-delay", str(STREAM_DELAY_S)])
+
+    async def measure() -> float:
+        for conn in await hold_streams(port, 16):
+            conn.close()
+        await asyncio.sleep(0.5)  # the engine notices and the handlers end
+        before = rss_kib(proc.pid)
+        conns = await hold_streams(port, count)
+        await asyncio.sleep(0.2)  # every disconnect watcher has started
+        after = rss_kib(proc.pid)
+        for conn in conns:
+            conn.close()
+        return (after - before) / count
+
+    try:
+        return asyncio.run(measure())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+
+
 # --- the comparison --------------------------------------------------------------------------
 
 
@@ -208,8 +259,19 @@ def measure(
     return row
 
 
-def compare(client: str, seconds: float, rounds: int, workdir: Path) -> dict[str, Any]:
+def before_env(python_dir: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [python_dir, env.get("PYTHONPATH")]))
+    return env
+
+
+def compare(
+    client: str, seconds: float, rounds: int, workdir: Path, before_dir: str | None
+) -> dict[str, Any]:
     shakedown, sd_port = start_server()
+    servers = [("shakedown", shakedown, sd_port)]
+    if before_dir is not None:
+        servers.insert(0, ("before", *start_server(before_env(before_dir))))
     try:
         unary = asyncio.run(capture(sd_port, False))[0]
         chunks = asyncio.run(capture(sd_port, True))
@@ -223,10 +285,7 @@ def compare(client: str, seconds: float, rounds: int, workdir: Path) -> dict[str
         try:
             for _ in range(rounds):
                 for stream, c in SCENARIOS:
-                    for name, proc, port in (
-                        ("floor", floor, floor_port),
-                        ("shakedown", shakedown, sd_port),
-                    ):
+                    for name, proc, port in [("floor", floor, floor_port), *servers]:
                         row = measure(client, scripts, proc.pid, port, stream, c, seconds)
                         runs[(name, stream, c)].append(row)
         finally:
@@ -234,8 +293,9 @@ def compare(client: str, seconds: float, rounds: int, workdir: Path) -> dict[str
             floor.stdin.close()
             floor.wait(timeout=10)
     finally:
-        shakedown.send_signal(signal.SIGINT)
-        shakedown.wait(timeout=10)
+        for _, proc, _ in servers:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=10)
     rows = []
     for (name, stream, c), measured in runs.items():
         row: dict[str, Any] = {"server": name, "stream": stream, "c": c}
@@ -245,8 +305,13 @@ def compare(client: str, seconds: float, rounds: int, workdir: Path) -> dict[str
         row["errors"] = sum(m["errors"] for m in measured)
         rows.append(row)
     events = sum(chunk.count(b"data: ") for chunk in chunks)
+    memory = {"shakedown": memory_per_stream(None, OPEN_STREAMS)}
+    if before_dir is not None:
+        memory["before"] = memory_per_stream(before_env(before_dir), OPEN_STREAMS)
     return {
+        "memory_kib_per_stream": memory,
         "client": client,
+        "servers": ["floor", *(name for name, _, _ in servers)],
         "rows": rows,
         "unary_bytes": len(unary),
         "stream_chunks": len(chunks),
@@ -264,7 +329,7 @@ def print_compare(result: dict[str, Any], seconds: float, rounds: int) -> None:
     print("|---|---:|---|---:|---:|---:|---:|---:|")
     by = {(r["server"], r["stream"], r["c"]): r for r in result["rows"]}
     for stream, c in SCENARIOS:
-        for name in ("floor", "shakedown"):
+        for name in result["servers"]:
             r = by[(name, stream, c)]
             print(
                 f"| {'stream' if stream else 'unary'} | {c} | {name} | {r['rps']:.0f} "
@@ -272,16 +337,19 @@ def print_compare(result: dict[str, Any], seconds: float, rounds: int) -> None:
                 f"| {r['errors']} |"
             )
     print()
-    for stream in (False, True):
-        kind = "stream" if stream else "unary"
-        f16, s16 = by[("floor", stream, 16)], by[("shakedown", stream, 16)]
-        f1, s1 = by[("floor", stream, 1)], by[("shakedown", stream, 1)]
-        print(
-            f"{kind}: c=16 req/s shakedown/floor {s16['rps'] / f16['rps']:.2f}; "
-            f"c=1 p50 shakedown/floor {s1['p50_ms'] / f1['p50_ms']:.2f}; "
-            f"CPU/req over the floor's: c=16 +{s16['cpu_us_per_req'] - f16['cpu_us_per_req']:.0f} us, "
-            f"c=1 +{s1['cpu_us_per_req'] - f1['cpu_us_per_req']:.0f} us"
-        )
+    for name, kib in result["memory_kib_per_stream"].items():
+        print(f"{name}: {kib:.1f} KiB resident per open stream ({OPEN_STREAMS} held)")
+    for name in result["servers"][1:]:
+        for stream in (False, True):
+            kind = "stream" if stream else "unary"
+            f16, s16 = by[("floor", stream, 16)], by[(name, stream, 16)]
+            f1, s1 = by[("floor", stream, 1)], by[(name, stream, 1)]
+            print(
+                f"{name} {kind}: c=16 req/s {name}/floor {s16['rps'] / f16['rps']:.2f}; "
+                f"c=1 p50 {name}/floor {s1['p50_ms'] / f1['p50_ms']:.2f}; CPU/req over the "
+                f"floor's: c=16 +{s16['cpu_us_per_req'] - f16['cpu_us_per_req']:.0f} us, "
+                f"c=1 +{s1['cpu_us_per_req'] - f1['cpu_us_per_req']:.0f} us"
+            )
 
 
 # --- the profile -----------------------------------------------------------------------------
@@ -448,6 +516,7 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="stage breakdown with py-spy")
     parser.add_argument("--rate", type=int, default=500, help="py-spy samples/s (--profile)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--before", help="a python/ dir to serve as the row `before`")
     parser.add_argument("--serve-floor", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_floor:
@@ -460,7 +529,7 @@ def main() -> int:
             result = profile(args.seconds, args.rate, Path(tmp))
             print_profile(result)
         else:
-            result = compare(client, args.seconds, args.rounds, Path(tmp))
+            result = compare(client, args.seconds, args.rounds, Path(tmp), args.before)
             print_compare(result, args.seconds, args.rounds)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

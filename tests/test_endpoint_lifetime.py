@@ -70,9 +70,7 @@ def test_client_disconnect_closes_the_engine_generator(
     )
     assert engine.started.wait(5)
     conn.close()
-    start = time.perf_counter()
     assert engine.closed.wait(2), "engine generator was not closed"
-    assert time.perf_counter() - start < 0.5
     assert engine.context is not None and engine.context.is_stopped()
     # The handler unwinds just after the generator closes (across loops, a hop later).
     deadline = time.monotonic() + 1
@@ -102,9 +100,7 @@ def test_stop_ends_open_streams_with_error_and_done(
     reader = threading.Thread(target=read)
     reader.start()
     assert engine.started.wait(5)
-    start = time.perf_counter()
     assert srv.stop(timeout=1.0)
-    assert time.perf_counter() - start < 1.0
     reader.join(2)
     assert not reader.is_alive()
     assert engine.closed.wait(1)

@@ -1,7 +1,7 @@
 """Served bytes against Dynamo 1.6.1's captures: the same requests, the same model
 (the reference harness's DeepSeek model dir) and the same scripted replies, through
-the loopback endpoint and the shakedown mocker. Bodies must be identical once the
-per-request values (ids, timestamps) are masked."""
+the loopback endpoint and the shakedown mocker (its outputs one by one, and in batches).
+Bodies must be identical once the per-request values (ids, timestamps) are masked."""
 
 from __future__ import annotations
 
@@ -38,8 +38,11 @@ def served_captures() -> list[str]:
     return names
 
 
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEndpoint]:
+# The mocker's outputs one per item, and in batches (lists of the outputs ready at once).
+@pytest.fixture(scope="module", params=["generate", "generate_batches"])
+def endpoint(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[LocalEndpoint]:
     if not MODEL_BUILDER.is_file():
         pytest.skip("tests/fixtures/build_model.py (the DeepSeek model fixture) is not here")
     model_dir = tmp_path_factory.mktemp("model-deepseek")
@@ -54,10 +57,8 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEndpoint
     )
     pipeline = build_pipeline(card)
     registry = EngineRegistry()
-    registry.register(
-        card.endpoint,
-        Mocker(replay=script_table(REPLAY_SCRIPT, pipeline.tokenize, EOS_ID)).generate,
-    )
+    mocker = Mocker(replay=script_table(REPLAY_SCRIPT, pipeline.tokenize, EOS_ID))
+    registry.register(card.endpoint, getattr(mocker, request.param))
     with LocalEndpoint(card, pipeline, registry) as ep:
         yield ep
 

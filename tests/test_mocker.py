@@ -14,6 +14,7 @@ from captures import CAPTURES
 from shakedown._core import Pipeline
 from shakedown.endpoint import EngineContext, RequestContext
 from shakedown.engines.mocker import (
+    BATCH_OUTPUTS,
     MAX_TOKENS_REQUIRED,
     Mocker,
     MockerError,
@@ -31,8 +32,13 @@ TINY = ROOT / "python" / "shakedown" / "models" / "tiny"
 def run(
     mocker: Mocker, request: dict[str, Any], context: RequestContext | None = None
 ) -> list[dict[str, Any]]:
+    """The frames, batches (lists) flattened."""
+
     async def collect() -> list[dict[str, Any]]:
-        return [f async for f in mocker.generate(request, context or RequestContext("r"))]
+        frames: list[dict[str, Any]] = []
+        async for item in mocker.generate(request, context or RequestContext("r")):
+            frames.extend(item if isinstance(item, list) else [item])
+        return frames
 
     return asyncio.run(collect())
 
@@ -189,6 +195,41 @@ def test_a_stopped_context_ends_with_cancelled() -> None:
     assert emitted(frames) == [100, 101, 102]
     assert frames[-1]["finish_reason"] == "cancelled"
     assert frames[-1]["completion_usage"]["completion_tokens"] == 3
+
+
+def test_without_delay_outputs_come_in_batches_of_the_same_frames() -> None:
+    ids = list(range(100, 100 + BATCH_OUTPUTS + 5))
+    request = {"token_ids": [1, 2], "stop_conditions": {"max_tokens": 200}}
+
+    async def items(mocker: Mocker, batches: bool) -> list[Any]:
+        generate = mocker.generate_batches if batches else mocker.generate
+        return [item async for item in generate(request, RequestContext("r"))]
+
+    batches = asyncio.run(items(Mocker(default=ids), True))
+    assert [len(b) for b in batches] == [BATCH_OUTPUTS, 5 + 1]  # the last carries the end
+    one_by_one = asyncio.run(items(Mocker(default=ids), False))
+    assert all(isinstance(frame, dict) for frame in one_by_one)
+    assert [frame for batch in batches for frame in batch] == one_by_one
+    paced = asyncio.run(items(Mocker(default=ids, token_delay=0.0001), True))
+    assert paced == one_by_one
+
+
+def test_a_context_stopped_between_batches_ends_with_cancelled() -> None:
+    context = RequestContext("r")
+    ids = list(range(100, 100 + 2 * BATCH_OUTPUTS))
+
+    async def collect() -> list[Any]:
+        items = []
+        request = {"stop_conditions": {"max_tokens": 500}}
+        async for item in Mocker(default=ids).generate_batches(request, context):
+            items.append(item)
+            context.stop_generating()
+        return items
+
+    first, last = asyncio.run(collect())
+    assert emitted(first) == ids[:BATCH_OUTPUTS]
+    assert last["finish_reason"] == "cancelled"
+    assert last["completion_usage"]["completion_tokens"] == BATCH_OUTPUTS
 
 
 def test_scripted_texts_use_the_models_tokenizer() -> None:

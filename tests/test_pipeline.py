@@ -167,3 +167,54 @@ def test_thinking_switched_off_by_the_request_turns_reasoning_off(pipeline: Pipe
     # DeepSeek's templates read `thinking`; `enable_thinking` does not switch them.
     other = unary_message(pipeline, {"chat_template_kwargs": {"enable_thinking": False}}, text)
     assert other.get("reasoning_content") == "plan"
+
+
+def stream_exchange(pipeline: Pipeline, extra: dict[str, Any]) -> Any:
+    request = {"model": "dsref", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    return pipeline.chat(orjson.dumps({**request, **extra}), "00000000-0000-4000-8000-000000000000")
+
+
+def token_frames(pipeline: Pipeline, text: str) -> list[dict[str, Any]]:
+    frames: list[dict[str, Any]] = [{"token_ids": [t]} for t in pipeline.tokenize(text)]
+    return [*frames, {"token_ids": [], "finish_reason": "length"}]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"stop": ["there"]}],  # the stop string finishes the reply mid-batch
+    ids=["whole", "stopped"],
+)
+def test_a_batch_gives_the_bytes_its_frames_give_one_by_one(
+    pipeline: Pipeline, extra: dict[str, Any]
+) -> None:
+    frames = token_frames(pipeline, "<think>plan</think>Hello there, friend")
+    one_by_one = stream_exchange(pipeline, extra)
+    expected = b""
+    for frame in frames:
+        expected += one_by_one.feed(orjson.dumps(frame))
+        if one_by_one.finished:
+            break
+    expected += one_by_one.finish()
+    batched = stream_exchange(pipeline, extra)
+    got = batched.feed(orjson.dumps(frames[:3])) + batched.feed(orjson.dumps(frames[3:]))
+    assert batched.finished
+    assert got + batched.finish() == expected
+    assert (b"friend" in expected) == (not extra)
+
+
+def test_a_malformed_frame_in_a_batch_fails_the_reply_after_the_frames_before_it(
+    pipeline: Pipeline,
+) -> None:
+    frames = token_frames(pipeline, "Hello")
+    out = stream_exchange(pipeline, {}).feed(orjson.dumps([frames[0], {"finish_reason": "?"}]))
+    assert b"Hello" in out
+    assert out.endswith(b"data: [DONE]\n\n") and b'"code":500' in out
+
+
+def test_the_request_id_is_made_when_not_given(pipeline: Pipeline) -> None:
+    body = orjson.dumps({"model": "dsref", "messages": [{"role": "user", "content": "hi"}]})
+    made = pipeline.chat(body).request_id
+    assert uuid.UUID(made).version == 4 and str(uuid.UUID(made)) == made
+    assert made != pipeline.chat(body).request_id
+    assert pipeline.chat(body, "given").request_id == "given"
+    assert orjson.loads(pipeline.completions(b'{"model":"dsref","prompt":"x"}').engine_request)

@@ -188,7 +188,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 script=script,
                 replay_trace=args.replay_trace,
                 token_delay=args.token_delay,
-            ).generate
+            ).generate_batches
         else:
             engine = load_engine(args.engine)
         if validation.enabled:

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyString};
 
 use super::detach_if_large;
 use super::errors::{request_error, tokenizer_error};
 use crate::pipeline::error::{is_json_content_type, HttpError};
+use crate::pipeline::frames::batch_frames;
 use crate::pipeline::model::ModelCard;
 use crate::pipeline::preprocess::{Prepared, Preprocessor};
 use crate::pipeline::response::ResponseState;
@@ -95,19 +96,30 @@ impl Pipeline {
         PyBytes::new(py, &self.preprocessor.card().models_body(self.created))
     }
 
-    /// Validate and preprocess a `/v1/chat/completions` body.
-    fn chat(&self, py: Python<'_>, body: &[u8], request_id: &str) -> PyResult<Exchange> {
+    /// Validate and preprocess a `/v1/chat/completions` body; `request_id` defaults to a
+    /// fresh UUID v4.
+    #[pyo3(signature = (body, request_id=None))]
+    fn chat(&self, py: Python<'_>, body: &[u8], request_id: Option<String>) -> PyResult<Exchange> {
+        let request_id = request_id.unwrap_or_else(fresh_request_id);
         let prepared =
-            detach_if_large(py, body.len(), || self.preprocessor.chat(body, request_id))?;
-        Ok(Exchange::new(py, self, prepared))
+            detach_if_large(py, body.len(), || self.preprocessor.chat(body, &request_id))?;
+        Ok(Exchange::new(py, self, prepared, &request_id))
     }
 
-    /// Validate and preprocess a `/v1/completions` body.
-    fn completions(&self, py: Python<'_>, body: &[u8], request_id: &str) -> PyResult<Exchange> {
+    /// Validate and preprocess a `/v1/completions` body; `request_id` defaults to a
+    /// fresh UUID v4.
+    #[pyo3(signature = (body, request_id=None))]
+    fn completions(
+        &self,
+        py: Python<'_>,
+        body: &[u8],
+        request_id: Option<String>,
+    ) -> PyResult<Exchange> {
+        let request_id = request_id.unwrap_or_else(fresh_request_id);
         let prepared = detach_if_large(py, body.len(), || {
-            self.preprocessor.completions(body, request_id)
+            self.preprocessor.completions(body, &request_id)
         })?;
-        Ok(Exchange::new(py, self, prepared))
+        Ok(Exchange::new(py, self, prepared, &request_id))
     }
 
     /// Token ids for `text`, without special tokens added (for scripted engines).
@@ -128,21 +140,28 @@ impl Pipeline {
     }
 }
 
+/// A request id as the reference makes one: a UUID v4, hyphenated.
+fn fresh_request_id() -> String {
+    uuid::Uuid::new_v4().hyphenated().to_string()
+}
+
 /// One request in flight: the engine request to send, and the response being built.
 #[pyclass(module = "shakedown._core")]
 pub struct Exchange {
     state: ResponseState,
     engine_request: Py<PyBytes>,
+    request_id: Py<PyString>,
     stream: bool,
     out: Vec<u8>,
 }
 
 impl Exchange {
-    fn new(py: Python<'_>, pipeline: &Pipeline, prepared: Prepared) -> Self {
+    fn new(py: Python<'_>, pipeline: &Pipeline, prepared: Prepared, request_id: &str) -> Self {
         let stream = prepared.plan.stream;
         Self {
             state: ResponseState::new(prepared.plan, pipeline.preprocessor.tokenizer()),
             engine_request: PyBytes::new(py, &prepared.engine_request).unbind(),
+            request_id: PyString::new(py, request_id).unbind(),
             stream,
             out: Vec::with_capacity(512),
         }
@@ -168,6 +187,12 @@ impl Exchange {
         self.engine_request.clone_ref(py)
     }
 
+    /// The request's id (the engine context's, and the response id's suffix).
+    #[getter]
+    fn request_id(&self, py: Python<'_>) -> Py<PyString> {
+        self.request_id.clone_ref(py)
+    }
+
     /// HTTP status for the response: 200 unless a unary request failed.
     #[getter]
     fn status(&self) -> u16 {
@@ -181,10 +206,21 @@ impl Exchange {
         self.state.is_finished()
     }
 
-    /// One engine output frame (JSON bytes) in; the bytes to send now out (may be empty).
+    /// One engine output frame (JSON bytes), or a JSON array of frames (a batch: fed in
+    /// order until the response finishes), in; the bytes to send now out (may be empty).
     fn feed<'py>(&mut self, py: Python<'py>, frame: &[u8]) -> Bound<'py, PyBytes> {
         let (state, out) = (&mut self.state, &mut self.out);
-        detach_if_large(py, frame.len(), || state.feed(frame, out));
+        detach_if_large(py, frame.len(), || match batch_frames(frame) {
+            Some(frames) => {
+                for one in frames {
+                    state.feed(one, out);
+                    if state.is_finished() {
+                        break;
+                    }
+                }
+            }
+            None => state.feed(frame, out),
+        });
         self.take(py)
     }
 

@@ -1,9 +1,11 @@
 //! Engine output frames as they arrive over the request plane: `LLMEngineOutput`
 //! JSON, bare or wrapped in an `Annotated` envelope (`{data, event, comment}`),
-//! where `event: "error"` carries the engine's error in `comment`.
+//! where `event: "error"` carries the engine's error in `comment`. An engine may
+//! hand over several outputs at once as a JSON array of frames (a batch).
 
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 /// Why the engine ended a choice. `Error` is not a finish reason on the way out:
 /// it turns the rest of the response into an error.
@@ -185,6 +187,21 @@ pub fn parse_frame(bytes: &[u8]) -> Result<Frame, FrameError> {
     }))
 }
 
+/// The frames of a batch (a JSON array of frames), each as its own JSON bytes; `None`
+/// when `bytes` is not an array (one frame, or a malformed one).
+pub fn batch_frames(bytes: &[u8]) -> Option<Vec<&[u8]>> {
+    if bytes.trim_ascii_start().first() != Some(&b'[') {
+        return None;
+    }
+    let items: Vec<&RawValue> = serde_json::from_slice(bytes).ok()?;
+    Some(
+        items
+            .into_iter()
+            .map(|item| item.get().as_bytes())
+            .collect(),
+    )
+}
+
 fn output_frame(output: EngineOutput) -> Frame {
     match output.finish_reason {
         Some(FinishReason::Error(message)) => Frame::Error(message),
@@ -223,6 +240,23 @@ mod tests {
         assert_eq!(frame, Frame::Error("bad".into()));
         let frame = parse_frame(br#"{"event":"request_id","comment":["\"x\""]}"#).unwrap();
         assert_eq!(frame, Frame::Skip);
+    }
+
+    #[test]
+    fn batch_splits_into_frames() {
+        let batch = br#" [{"token_ids":[1]}, {"token_ids":[],"finish_reason":"length"}]"#;
+        let frames = batch_frames(batch).unwrap();
+        assert_eq!(
+            frames,
+            vec![
+                &br#"{"token_ids":[1]}"#[..],
+                &br#"{"token_ids":[],"finish_reason":"length"}"#[..]
+            ]
+        );
+        assert_eq!(batch_frames(b"[]").unwrap().len(), 0);
+        assert!(batch_frames(br#"{"token_ids":[1]}"#).is_none());
+        // Not a well-formed array: handled as one (malformed) frame.
+        assert!(batch_frames(b"[{").is_none());
     }
 
     #[test]

@@ -14,10 +14,8 @@ import contextlib
 import hmac
 import logging
 import os
-import sys
 import uuid
-from collections.abc import AsyncGenerator, Awaitable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator
 
 import orjson
 from granian._granian import RSGIHTTPProtocol as HTTPProtocol
@@ -39,6 +37,7 @@ from shakedown._core import (
 
 from .context import RequestContext
 from .frames import engine_frames, log_failure
+from .inflight import Active, InFlight, absorb_cancel
 from .registry import EngineRegistry
 
 log = logging.getLogger("shakedown.endpoint")
@@ -77,30 +76,15 @@ def body_limit_bytes() -> int:
     return megabytes * 1024 * 1024
 
 
-def _request_id(headers: Any) -> str:
-    """The deprecated `x-dynamo-request-id` when it is a UUID, else a fresh UUID v4."""
-    given = headers.get("x-dynamo-request-id")
+def given_request_id(given: str | None) -> str | None:
+    """The deprecated `x-dynamo-request-id` when it is a UUID; else None, and the pipeline
+    makes a fresh UUID v4."""
     if given:
         try:
             return str(uuid.UUID(given))
         except ValueError:
             pass
-    return str(uuid.uuid4())
-
-
-T = TypeVar("T")
-
-if sys.version_info >= (3, 11):
-
-    async def within(seconds: float, awaitable: Awaitable[T]) -> T:
-        """`awaitable`'s result, or TimeoutError after `seconds`."""
-        async with asyncio.timeout(seconds):
-            return await awaitable
-
-else:
-
-    async def within(seconds: float, awaitable: Awaitable[T]) -> T:
-        return await asyncio.wait_for(awaitable, seconds)
+    return None
 
 
 def engine_failure(err: BaseException) -> tuple[str, int]:
@@ -119,42 +103,6 @@ def log_failed_frame(request_id: str, frame: bytes) -> None:
     the pipeline can't read. The client only gets the reference's generic error."""
     shown = frame if len(frame) <= 500 else frame[:500] + b"..."
     log.warning("engine frame failed request %s: %s", request_id, shown.decode(errors="replace"))
-
-
-class _Active:
-    """A request in flight, so `close()` and a disconnect can interrupt it."""
-
-    __slots__ = ("context", "disconnected", "stopping", "task")
-
-    def __init__(self, task: asyncio.Task[Any], context: RequestContext) -> None:
-        self.task = task
-        self.context = context
-        self.disconnected = False
-        self.stopping = False
-
-    @property
-    def interrupted(self) -> bool:
-        return self.disconnected or self.stopping
-
-    def on_disconnect(self, _: object) -> None:
-        if self.task.done():
-            return
-        self.disconnected = True
-        self.context.stop_generating()
-        self.task.cancel()
-
-    def stop(self) -> None:
-        self.stopping = True
-        self.context.stop_generating()
-        self.task.cancel()
-
-
-def absorb_cancel(task: asyncio.Task[Any]) -> None:
-    """We cancelled this task ourselves and handled it; clear the request so later awaits
-    (and asyncio.timeout users) behave normally. `uncancel` exists from 3.11."""
-    uncancel = getattr(task, "uncancel", None)
-    if uncancel is not None:
-        uncancel()
 
 
 class EndpointApp:
@@ -179,17 +127,17 @@ class EndpointApp:
         self.body_limit = body_limit_bytes()
         self.body_read_timeout = body_read_timeout
         self._closing = False
-        self._active: set[_Active] = set()
+        self._inflight = InFlight(body_read_timeout)
         self._not_ready = model_not_ready(pipeline.served_name).body
 
     @property
     def in_flight(self) -> int:
-        return len(self._active)
+        return len(self._inflight.active)
 
     def close(self) -> None:
         """Refuse new requests and end the open ones. Call on the app's loop thread."""
         self._closing = True
-        for active in list(self._active):
+        for active in list(self._inflight.active):
             active.stop()
 
     async def __rsgi__(self, scope: Scope, proto: HTTPProtocol) -> None:
@@ -276,9 +224,16 @@ class EndpointApp:
         if not is_json_content_type(scope.headers.get("content-type")):
             proto.response_bytes(415, JSON_HEADERS, unsupported_media_type().body)
             return
+        task = asyncio.current_task()
+        if task is None:  # granian's asyncio task implementation always gives one
+            raise RuntimeError("the endpoint must run handlers as asyncio tasks")
+        inflight = self._inflight
+        inflight.reading(task)
         try:
-            body = await within(self.body_read_timeout, self._read_body(scope, proto))
-        except asyncio.TimeoutError:
+            body = await self._read_body(scope, proto)
+        except asyncio.CancelledError:
+            if not inflight.timed_out(task):
+                raise
             message = BODY_TIMEOUT.format(seconds=self.body_read_timeout)
             # The rest of the body is never read: the connection can't carry another request.
             closing = [*JSON_HEADERS, ("connection", "close")]
@@ -287,15 +242,15 @@ class EndpointApp:
         except ProtocolClosed:
             log.info("the client left while sending the body of %s %s", scope.method, scope.path)
             return
+        finally:
+            inflight.read(task)
         if body is None:
             too_large = payload_too_large(self.body_limit // (1024 * 1024))
             proto.response_bytes(413, JSON_HEADERS, too_large.body)
             return
-        request_id = _request_id(scope.headers)
-        headers = JSON_HEADERS
+        request_id = given_request_id(scope.headers.get("x-dynamo-request-id"))
         echoed = scope.headers.get("x-request-id")
-        if echoed is not None:
-            headers = [*JSON_HEADERS, ("x-request-id", echoed)]
+        headers = JSON_HEADERS if echoed is None else [*JSON_HEADERS, ("x-request-id", echoed)]
         try:
             if chat:
                 exchange = self.pipeline.chat(body, request_id)
@@ -308,13 +263,8 @@ class EndpointApp:
         if registration is None:
             proto.response_bytes(503, headers, self._not_ready)
             return
-        task = asyncio.current_task()
-        if task is None:  # granian's asyncio task implementation always gives one
-            raise RuntimeError("the endpoint must run handlers as asyncio tasks")
-        active = _Active(task, RequestContext(request_id))
-        self._active.add(active)
-        watcher = asyncio.ensure_future(proto.client_disconnect())
-        watcher.add_done_callback(active.on_disconnect)
+        active = Active(task, RequestContext(exchange.request_id), proto)
+        inflight.add(active)
         try:
             request = orjson.loads(exchange.engine_request)
             if exchange.stream:
@@ -330,12 +280,10 @@ class EndpointApp:
                 if status:
                     proto.response_bytes(status, headers, body)
         finally:
-            watcher.remove_done_callback(active.on_disconnect)
-            watcher.cancel()
-            self._active.discard(active)
+            inflight.discard(active)
 
     async def _unary(
-        self, exchange: Exchange, frames: AsyncGenerator[bytes, None], active: _Active
+        self, exchange: Exchange, frames: AsyncGenerator[bytes, None], active: Active
     ) -> tuple[int, bytes]:
         """The status and body to answer with; status 0 when the client has gone."""
         body = b""
@@ -374,28 +322,30 @@ class EndpointApp:
         transport: StreamTransport,
         exchange: Exchange,
         frames: AsyncGenerator[bytes, None],
-        active: _Active,
+        active: Active,
     ) -> None:
         ended = False
+        last = b""  # the frames that finished the response go out with its closing ones
         try:
             try:
                 async for frame in frames:
                     out = exchange.feed(frame)
-                    if out:
-                        await transport.send_bytes(out)
-                    if active.interrupted:
-                        raise asyncio.CancelledError
-                    if exchange.finished:
+                    if exchange.finished and not active.interrupted:
                         # Only a failure ends the stream from a frame ([DONE] after its error).
                         if out.endswith(DONE):
                             log_failed_frame(active.context.id, frame)
                         active.context.stop_generating()
+                        last = out
                         break
+                    if out:
+                        await transport.send_bytes(out)
+                    if active.interrupted:
+                        raise asyncio.CancelledError
             finally:
                 await frames.aclose()
-            closing = exchange.finish()
+            last += exchange.finish()
             ended = True
-            await transport.send_bytes(closing)
+            await transport.send_bytes(last)
         except ProtocolClosed:
             active.context.stop_generating()
         except asyncio.CancelledError:
@@ -403,13 +353,13 @@ class EndpointApp:
                 raise
             absorb_cancel(active.task)
             if active.stopping and not active.disconnected and not ended:
-                await self._send_last(transport, exchange.fail(SHUTTING_DOWN))
+                await self._send_last(transport, last + exchange.fail(SHUTTING_DOWN))
         except Exception as err:
             message, status = engine_failure(err)
             if status >= 500:
                 log_failure("engine failed on streaming request %s", active.context.id)
             if not ended:
-                await self._send_last(transport, exchange.fail(message, status))
+                await self._send_last(transport, last + exchange.fail(message, status))
         finally:
             # granian ends the response when the transport is freed. Drop it now, so a
             # traceback that outlives this frame (a reference cycle, a log record) can't

@@ -1,7 +1,9 @@
 """Engine output as serialized frames, whichever loop the engine runs on.
 
-`engine_frames` yields each frame the engine produces as JSON bytes (what the
-pipeline's `Exchange.feed` takes). Closing the returned generator, or cancelling
+`engine_frames` yields each item the engine produces as JSON bytes (what the
+pipeline's `Exchange.feed` takes). An item is one output dict or, when several outputs
+are ready at once, a list of them (a batch: one serialization, one pipeline call and one
+send for all of them). Closing the returned generator, or cancelling
 the task iterating it, closes the engine's own generator, on the engine's loop.
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 import orjson
 
 from .context import RequestContext
-from .registry import Registration
+from .registry import EngineItem, Registration
 
 log = logging.getLogger("shakedown.endpoint")
 
@@ -53,7 +55,7 @@ def _as_engine_error(err: BaseException) -> Exception:
 
 async def _open(
     engine: Any, request: dict[str, Any], context: RequestContext
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[EngineItem]:
     stream = engine(request, context)
     if inspect.isawaitable(stream):
         # `async def generate(...)` that returns an iterator rather than being one.
@@ -63,7 +65,7 @@ async def _open(
     return stream  # type: ignore[no-any-return]
 
 
-async def _close(stream: AsyncIterator[dict[str, Any]] | None) -> None:
+async def _close(stream: AsyncIterator[EngineItem] | None) -> None:
     aclose = getattr(stream, "aclose", None)
     if aclose is None:
         return

@@ -9,8 +9,11 @@ from typing import Any, NamedTuple, TypeAlias
 
 from .context import RequestContext
 
-Engine: TypeAlias = Callable[[dict[str, Any], RequestContext], AsyncIterator[dict[str, Any]]]
-"""`async def generate(request: dict, context) -> AsyncIterator[dict]`, as Python workers have."""
+EngineItem: TypeAlias = dict[str, Any] | list[dict[str, Any]]
+"""One output, or a batch of outputs ready at once (a list, handed to the pipeline whole)."""
+Engine: TypeAlias = Callable[[dict[str, Any], RequestContext], AsyncIterator[EngineItem]]
+"""`async def generate(request: dict, context) -> AsyncIterator[dict]`, as Python workers have;
+an engine may also yield lists of outputs when several are ready at once."""
 
 
 class Registration(NamedTuple):

@@ -10,8 +10,8 @@ Output comes from, in order of preference:
 `max_tokens` is required in every case, as by the reference (`MockerRequestError`, a 400).
 
 Replayed rows are emitted whatever `max_tokens` says (the default script is cut at
-it), one per frame; the last frame
-has no tokens and `finish_reason: "length"`, so a reply that ends in EOS finishes
+it), one token per frame (`generate_batches`: up to `BATCH_OUTPUTS` frames a list when
+there is no delay); the last frame has no tokens and `finish_reason: "length"`, so a reply that ends in EOS finishes
 as `stop` at the frontend (hidden EOS) and one that doesn't as `length`. Frames
 carry the reference mocker's fields, with `completion_usage` on the first and last.
 """
@@ -29,12 +29,15 @@ import orjson
 
 from shakedown._core import ShakedownError
 from shakedown.endpoint.context import EngineContext
+from shakedown.endpoint.registry import EngineItem
 
 log = logging.getLogger("shakedown.engines.mocker")
 
 REPLAY_PREFIX = "output_replay_id:"
 EOS_MARK = "<EOS>"
 MAX_TOKENS_REQUIRED = "`max_output_tokens` (or `max_tokens`) is required by the mocker worker"
+BATCH_OUTPUTS = 64
+"""Outputs per batch when there is no delay: the last batch carries the final frame."""
 # The 1.6.1 mocker's random ids, drawn from the DeepSeek vocabulary.
 RANDOM_IDS = (1000, 2000)
 
@@ -138,6 +141,12 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     }
 
 
+def _last_frame(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    last = _frame([], "length")
+    last["completion_usage"] = _usage(prompt_tokens, completion_tokens)
+    return last
+
+
 class Mocker:
     """The engine: `await`-free per token unless `token_delay` is set (seconds)."""
 
@@ -186,6 +195,24 @@ class Mocker:
     async def generate(
         self, request: dict[str, Any], context: EngineContext
     ) -> AsyncIterator[dict[str, Any]]:
+        """One output per item, as the reference mocker sends them (any engine consumer)."""
+        async for outputs in self._steps(request, context, 1):
+            yield outputs[0]
+
+    async def generate_batches(
+        self, request: dict[str, Any], context: EngineContext
+    ) -> AsyncIterator[EngineItem]:
+        """The same outputs, those ready at once as one list (shakedown's endpoint takes
+        lists): with no delay, up to `BATCH_OUTPUTS` a list."""
+        async for outputs in self._steps(request, context, BATCH_OUTPUTS):
+            yield outputs if len(outputs) > 1 else outputs[0]
+
+    async def _steps(
+        self, request: dict[str, Any], context: EngineContext, batch: int
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """The outputs in lists of those ready together: one token each when there is a delay
+        (the final frame on its own), else up to `batch` (the last list carries the final
+        frame)."""
         # Like the reference mocker, before any output and even for a replayed row.
         max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
@@ -199,20 +226,22 @@ class Mocker:
             ids = ids[:max_tokens]
         prompt_tokens = len(request.get("token_ids") or ())
         delay = self.token_delay
-        for position, token in enumerate(ids):
+        step = 1 if delay else batch
+        for start in range(0, len(ids), step):
             if context.is_stopped():
                 last = _frame([], "cancelled")
-                last["completion_usage"] = _usage(prompt_tokens, position)
-                yield last
+                last["completion_usage"] = _usage(prompt_tokens, start)
+                yield [last]
                 return
             if delay:
                 await asyncio.sleep(delay)
-            frame = _frame([token])
-            if position == 0:
-                frame["completion_usage"] = _usage(prompt_tokens, 1)
-            yield frame
-        last = _frame([], "length")
-        last["completion_usage"] = _usage(prompt_tokens, len(ids))
-        yield last
+            outputs = [_frame([token]) for token in ids[start : start + step]]
+            if start == 0:
+                outputs[0]["completion_usage"] = _usage(prompt_tokens, 1)
+            if step > 1 and start + step >= len(ids):
+                outputs.append(_last_frame(prompt_tokens, len(ids)))
+            yield outputs
+        if step == 1 or not ids:
+            yield [_last_frame(prompt_tokens, len(ids))]
 
     __call__ = generate

@@ -103,6 +103,9 @@ class DynamoEngine:
         self._client = client
         self._dynamo_endpoint = dynamo_endpoint
         self._lock: asyncio.Lock | None = None
+        self.in_flight_ids: set[str] = set()
+        """The Dynamo request ids (context ids) of this engine's requests in flight: the
+        worker's handler sees the same ids, and tells the loopback's requests from users'."""
 
     async def client(self) -> Any:
         """The endpoint client, made on first use; waits for at least one instance."""
@@ -151,12 +154,14 @@ class DynamoEngine:
         core = dynamo_core()
         client = await self.client()
         dyn_context = core.Context()
-        try:
-            stream = await client.generate(request, annotated=False, context=dyn_context)
-        except core.DynamoException as err:
-            raise _translate(err) from err
+        request_id = dyn_context.id()
+        self.in_flight_ids.add(request_id)
         finished = False
         try:
+            try:
+                stream = await client.generate(request, annotated=False, context=dyn_context)
+            except core.DynamoException as err:
+                raise _translate(err) from err
             async for item in stream:
                 if context is not None and context.is_stopped():
                     break
@@ -166,6 +171,7 @@ class DynamoEngine:
         except core.DynamoException as err:
             raise _translate(err) from err
         finally:
+            self.in_flight_ids.discard(request_id)
             # Early exit (client gone, stop string hit, generator closed): free the worker.
             if not finished:
                 dyn_context.stop_generating()
@@ -240,10 +246,12 @@ class HeldRegistration:
     `dynamo._core.register_model` (which `dynamo.llm.register_llm` is).
     """
 
-    def __init__(self, register: RegisterFn | None = None) -> None:
+    def __init__(self, register: RegisterFn | None = None, *, held: bool = True) -> None:
         self._register = register
         self._calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-        self._released = False
+        self._published: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        # held=False: calls go through at once, recorded so that `unpublish` can undo them.
+        self._released = not held
 
     @property
     def released(self) -> bool:
@@ -263,6 +271,7 @@ class HeldRegistration:
     async def register_model(self, *args: Any, **kwargs: Any) -> None:
         if self._released:
             await self._real()(*args, **kwargs)
+            self._published.append((args, kwargs))
             return
         self._calls.append((args, kwargs))
         log.info("dynamo registration held until validation releases the worker")
@@ -271,16 +280,19 @@ class HeldRegistration:
 
     def withdraw(self, endpoint: Any, lora_name: str | None = None) -> bool:
         """Drop the held registrations of `endpoint` (and `lora_name`), as `unregister_model`
-        would have removed them once published; True when one was held."""
-        before = len(self._calls)
-        self._calls[:] = [
-            (args, kwargs)
-            for args, kwargs in self._calls
-            if not (
+        would have removed them once published; True when one was held. A published one is
+        forgotten too (the caller unregisters it for real), so `unpublish` leaves it alone."""
+
+        def kept(call: tuple[tuple[Any, ...], dict[str, Any]]) -> bool:
+            args, kwargs = call
+            return not (
                 registration_of(args, kwargs).endpoint is endpoint
                 and kwargs.get("lora_name") == lora_name
             )
-        ]
+
+        self._published[:] = filter(kept, self._published)
+        before = len(self._calls)
+        self._calls[:] = filter(kept, self._calls)
         return len(self._calls) != before
 
     async def release(self) -> None:
@@ -295,8 +307,26 @@ class HeldRegistration:
             except BaseException:
                 self._calls.insert(0, (args, kwargs))
                 raise
+            self._published.append((args, kwargs))
         self._released = True
         log.info("dynamo registration published")
+
+    async def unpublish(self, unregister: Callable[..., Awaitable[Any]] | None = None) -> None:
+        """The counterpart of `release()`: unregister what it (and any later call) published,
+        newest first, and hold the calls again, so a later `release()` publishes them anew.
+        `unregister` defaults to `dynamo._core.unregister_model`."""
+        unregister = unregister or dynamo_core().unregister_model
+        self._released = False
+        while self._published:
+            args, kwargs = self._published.pop()
+            registration = registration_of(args, kwargs)
+            try:
+                await unregister(registration.endpoint, lora_name=registration.lora_name)
+            except BaseException:
+                self._published.append((args, kwargs))
+                raise
+            self._calls.insert(0, (args, kwargs))
+        log.info("dynamo registration unpublished")
 
     def attach(self, validation: Any) -> None:
         """Make `release()` one of `validation`'s release hooks (call it on the worker's loop)."""

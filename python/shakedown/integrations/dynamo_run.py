@@ -17,6 +17,13 @@ object drives the worker over the request plane from the worker's runtime. Then:
 - hold=health: registrations pass through; the worker's Dynamo `/health` (DYN_SYSTEM_PORT)
   answers not ready until release (`ReadinessHold`).
 
+With rechecks on (DYN_WORKER_VALIDATION_RECHECK_S), `Endpoint.serve_endpoint` is patched too:
+every handler the worker serves counts its in-flight requests as the worker's activity (the
+loopback's own requests, known by their Dynamo request id, excepted), and failed rechecks
+unrelease the worker: its cards are unregistered again, and registered anew once rechecks
+pass (under either hold: Dynamo 1.6.1 offers no way to make a served endpoint not ready again,
+so under hold=health the worker's /health stays ready while its cards are out of discovery).
+
 With no gates configured the command is exec'd as given: no patch, no listener.
 """
 
@@ -27,6 +34,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import inspect
 import json
 import logging
 import os
@@ -37,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, NoReturn
@@ -52,6 +60,7 @@ from shakedown.integrations.dynamo import (
     registration_of,
 )
 from shakedown.validation import Hold, ValidationConfigError, WorkerValidation
+from shakedown.validation.activity import Activity
 from shakedown.validation.health import HealthServer
 from shakedown.validation.serve import add_gate_arguments, validation_from_args
 
@@ -198,9 +207,46 @@ class ReadinessHold:
         self._serving = asyncio.ensure_future(endpoint.serve_endpoint(_released))
         log.info("shakedown run: readiness released (endpoint %s)", RELEASE_ENDPOINT)
 
+    @property
+    def released(self) -> bool:
+        return self._serving is not None
+
 
 async def _released(request: Any, context: Any = None) -> Any:
     yield {"released": True}
+
+
+def counted_handler(
+    handler: Callable[..., AsyncIterator[Any]],
+    activity: Activity,
+    own_ids: Callable[[], set[str]],
+) -> Callable[..., AsyncIterator[Any]]:
+    """`handler` counting each request in `activity` for as long as its stream runs, unless
+    its Dynamo request id is one of `own_ids()` (the loopback's). Takes `context` whether or
+    not `handler` does (Dynamo passes it by that name), and hands it on only if it does."""
+    try:
+        takes_context = "context" in inspect.signature(handler).parameters
+    except (TypeError, ValueError):
+        takes_context = False
+
+    async def counted(request: Any, context: Any = None) -> AsyncIterator[Any]:
+        own = context is not None and context.id() in own_ids()
+        if not own:
+            activity.begin()
+        try:
+            source = handler(request, context=context) if takes_context else handler(request)
+            try:
+                async for item in source:
+                    yield item
+            finally:
+                aclose = getattr(source, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+        finally:
+            if not own:
+                activity.end()
+
+    return counted
 
 
 @contextlib.contextmanager
@@ -231,8 +277,10 @@ class RegistrationHold:
         self._core = core if core is not None else dynamo_core()
         self._real_register = self._core.register_model
         self._real_unregister = self._core.unregister_model
-        self._held = HeldRegistration(self._real_register)
+        # hold=health: registrations go through at once, recorded for rechecks to unpublish.
+        self._held = HeldRegistration(self._real_register, held=self.mode is Hold.CARD)
         self._readiness = ReadinessHold(self._core) if self.mode is Hold.HEALTH else None
+        self._rechecks = validation.config.recheck_s is not None
         self._engine: DynamoEngine | None = None
         # Made once: the patched names must stay identical objects wherever they are bound.
         self.register_model = self._register_model
@@ -263,15 +311,31 @@ class RegistrationHold:
         )  # fmt: skip
         if self._readiness is not None:
             self._readiness.install()
+        if self._rechecks:
+            self._count_served_requests()
         log.info("shakedown run: Dynamo registration held (hold=%s)", self.mode.value)
+
+    def _count_served_requests(self) -> None:
+        """Every handler the worker serves counts its requests as the worker's activity, so
+        rechecks run only while it is idle."""
+        endpoint_class = self._core.Endpoint
+        real_serve = endpoint_class.serve_endpoint
+        activity = self.validation.activity
+
+        def own_ids() -> set[str]:
+            return set() if self._engine is None else self._engine.in_flight_ids
+
+        def serve_endpoint(endpoint: Any, handler: Any, *args: Any, **kwargs: Any) -> Any:
+            if handler is not _released:
+                handler = counted_handler(handler, activity, own_ids)
+            return real_serve(endpoint, handler, *args, **kwargs)
+
+        endpoint_class.serve_endpoint = serve_endpoint
 
     async def _register_model(self, *args: Any, **kwargs: Any) -> None:
         registration = registration_of(args, kwargs)
         released = self.validation.is_released
-        if self.mode is Hold.CARD:
-            await self._held.register_model(*args, **kwargs)  # held until release
-        else:
-            await self._real_register(*args, **kwargs)
+        await self._held.register_model(*args, **kwargs)  # under hold=card, until release
         if released:
             return
         if self.claimed is None:
@@ -315,6 +379,7 @@ class RegistrationHold:
                     dynamo_endpoint=registration.endpoint, wait_timeout_s=ENGINE_WAIT_S
                 )
                 self.validation.add_release_hook(self._release, name="dynamo registration")
+                self.validation.add_unrelease_hook(self._unrelease, name="dynamo registration")
                 self.validation.attach(card, self._engine)
             threading.Thread(
                 target=self._return_memory, name="shakedown-run-memory", daemon=True
@@ -325,17 +390,19 @@ class RegistrationHold:
             log.exception("shakedown run: no loopback for %r; the worker stays held", name)
 
     async def _release(self) -> None:
-        if self._readiness is not None:
+        if self._readiness is not None and not self._readiness.released:
             assert self._engine is not None
             await self._readiness.release(self._engine)
-        else:
-            await self._held.release()
+        await self._held.release()  # after an unrelease, under either hold: publish anew
         if self.registered_at is not None:
             self.released_after_s = time.monotonic() - self.registered_at
             log.info(
                 "shakedown run: released %.3fs after the registration call",
                 self.released_after_s,
             )
+
+    async def _unrelease(self) -> None:
+        await self._held.unpublish(self._real_unregister)
 
     def _return_memory(self) -> None:
         """Once released (the loopback closed), give the pipeline's memory back to the OS:
@@ -407,12 +474,20 @@ def run_held(
     stopper: list[threading.Thread] = []
 
     def stop_validation(signum: int) -> None:
-        if validation.is_released or stopper:
+        if stopper:
             return
-        log.warning(
-            "shakedown run: %s during validation: stopping the gates",
-            signal.Signals(signum).name,
-        )
+        if validation.is_released:
+            # Rechecks on: no new one (the engine is shutting down), and the loopback closes
+            # now rather than after the worker's loop, so none of its requests outlives it.
+            validation.stop_rechecks()
+            if validation.endpoint is None:
+                return
+            log.info("shakedown run: %s: stopping the rechecks", signal.Signals(signum).name)
+        else:
+            log.warning(
+                "shakedown run: %s during validation: stopping the gates",
+                signal.Signals(signum).name,
+            )
         # Not in the handler itself: closing joins the validation thread.
         thread = threading.Thread(target=validation.close, name="shakedown-run-stop")
         stopper.append(thread)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -28,6 +29,11 @@ TIMEOUT_VAR = "DYN_WORKER_VALIDATION_TIMEOUT_S"
 REPORT_VAR = "DYN_WORKER_VALIDATION_REPORT"
 INHERIT_ENV_VAR = "DYN_WORKER_VALIDATION_INHERIT_ENV"
 ENABLE_RL_VAR = "DYN_ENABLE_RL"
+RECHECK_VAR = "DYN_WORKER_VALIDATION_RECHECK_S"
+RECHECK_FAILURES_VAR = "DYN_WORKER_VALIDATION_RECHECK_FAILURES"
+RECHECK_SUITE_VAR = "DYN_WORKER_VALIDATION_RECHECK_SUITE"
+
+DEFAULT_RECHECK_FAILURES = 3
 
 DEFAULT_GATE_TIMEOUT_S = 600.0
 
@@ -97,6 +103,12 @@ class ValidationConfig:
     enable_rl: bool = False
     inherit_env: bool = False
     """Every exec gate gets the worker's whole environment, not only the allow-list."""
+    recheck_s: float | None = None
+    """After release, re-run the recheck suite once the worker has been idle this long."""
+    recheck_failures: int = DEFAULT_RECHECK_FAILURES
+    """Consecutive failed rechecks that unrelease the worker (and passes that re-release it)."""
+    recheck_suite: Any = None
+    """The ``shakedown.checks.Suite`` rechecks run; None: the built-in cheap suite."""
 
     @property
     def enabled(self) -> bool:
@@ -117,6 +129,9 @@ class ValidationConfig:
             report_path=Path(report) if report else None,
             enable_rl=_parse_bool(ENABLE_RL_VAR, environ.get(ENABLE_RL_VAR, "")),
             inherit_env=_parse_bool(INHERIT_ENV_VAR, environ.get(INHERIT_ENV_VAR, "")),
+            recheck_s=_parse_recheck_interval(environ.get(RECHECK_VAR, "")),
+            recheck_failures=_parse_recheck_failures(environ.get(RECHECK_FAILURES_VAR, "")),
+            recheck_suite=_parse_recheck_suite(environ.get(RECHECK_SUITE_VAR, "")),
         )
 
 
@@ -361,3 +376,42 @@ def _parse_overall_timeout(value: str) -> float | None:
             f"{TIMEOUT_VAR} must be a number of seconds, got {value!r}"
         ) from None
     return _positive_seconds(TIMEOUT_VAR, seconds)
+
+
+def _parse_recheck_interval(value: str) -> float | None:
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValidationConfigError(
+            f"{RECHECK_VAR} must be a number of seconds (0 or unset: off), got {value!r}"
+        )
+    return seconds or None
+
+
+def _parse_recheck_failures(value: str) -> int:
+    text = value.strip()
+    if not text:
+        return DEFAULT_RECHECK_FAILURES
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise ValidationConfigError(
+            f"{RECHECK_FAILURES_VAR} must be a whole number >= 1, got {value!r}"
+        )
+    return int(text)
+
+
+def _parse_recheck_suite(value: str) -> Any:
+    """The suite file, loaded now: a broken suite is a start-up error, not a failed recheck."""
+    text = value.strip()
+    if not text:
+        return None
+    from shakedown.checks import SuiteError, load_suite  # only when a suite is named
+
+    try:
+        return load_suite(Path(text))
+    except SuiteError as exc:
+        raise ValidationConfigError(f"{RECHECK_SUITE_VAR}: {exc}") from None

@@ -7,8 +7,11 @@ Order of events for a gated worker::
                 ->  gates run                      only once the endpoint serves and the engine
                                                   is registered
                 ->  all pass: release hooks in order, released() returns, /health ready,
-                              then the endpoint closes
+                              then the endpoint closes (with rechecks on it stays up)
                     any failure: held; the endpoint stays up for debugging; report says why
+                ->  rechecks (optional, ``recheck.py``): K consecutive failures run the
+                    unrelease hooks (state "unreleased", /health not ready under hold=health);
+                    K consecutive passes after that run the release hooks again
 """
 
 from __future__ import annotations
@@ -30,17 +33,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from .activity import Activity
 from .config import LOCAL_PORT_VAR, Hold, ValidationConfig
 from .gates import KILL_GRACE_S, GateContext, run_gates
 from .report import GateResult, ValidationReport
 
 logger = logging.getLogger("shakedown.validation")
 
-State = Literal["unattached", "waiting", "running", "released", "held"]
+State = Literal["unattached", "waiting", "running", "released", "held", "unreleased"]
 # How long close() waits for the validation thread: a stopped gate's group gets KILL_GRACE_S
 # before SIGKILL, and its output a moment to drain.
 CLOSE_WAIT_S = KILL_GRACE_S + 5.0
+# The bound on the hooks a recheck runs (unrelease, re-release), the overall deadline being over.
+RECHECK_HOOK_TIMEOUT_S = 60.0
 ReleaseHook = Callable[[], object]
+Hooks = list[tuple[str, ReleaseHook, asyncio.AbstractEventLoop | None]]
 
 
 class ValidatedEndpoint(Protocol):
@@ -155,7 +162,16 @@ class WorkerValidation:
         self._released = threading.Event()
         self._finished = threading.Event()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._hooks: list[tuple[str, ReleaseHook, asyncio.AbstractEventLoop | None]] = []
+        self._hooks: Hooks = []
+        self._unrelease_hooks: Hooks = []
+        self.activity = Activity()
+        """The worker's in-flight user requests; rechecks start only when there are none."""
+        self._rechecker: Any = None
+        self._recheck_counts: Any = None
+        if config.enabled and config.recheck_s is not None:
+            self._recheck_counts = importlib.import_module(
+                "shakedown.validation.recheck"
+            ).RecheckCounts(interval_s=config.recheck_s, threshold=config.recheck_failures)
         self._thread: threading.Thread | None = None
         self._report: ValidationReport | None = None
         self._start_clock = time.monotonic()
@@ -212,9 +228,23 @@ class WorkerValidation:
         return self._released.is_set()
 
     @property
+    def rechecks(self) -> dict[str, Any] | None:
+        """The rechecks so far (counts, the last verdict), or None when they are off."""
+        counts = self._recheck_counts
+        return None if counts is None else dict(counts.to_dict())
+
+    @property
+    def is_unreleased(self) -> bool:
+        """Released once, then taken out of service by failed rechecks (until they pass)."""
+        return self._state == "unreleased"
+
+    @property
     def health_ready(self) -> bool:
-        """Whether ``/health`` should say ready: always under hold=card, after release otherwise."""
-        return self.config.hold is Hold.CARD or not self.enabled or self.is_released
+        """Whether ``/health`` should say ready: always under hold=card, after release otherwise
+        (and not while unreleased by rechecks)."""
+        if self.config.hold is Hold.CARD or not self.enabled:
+            return True
+        return self.is_released and not self.is_unreleased
 
     # --- setup -----------------------------------------------------------------------------
 
@@ -232,8 +262,30 @@ class WorkerValidation:
         with self._lock:
             if self._finished.is_set():
                 raise RuntimeError("release hooks must be added before validation finishes")
-            label = name or str(getattr(hook, "__qualname__", repr(hook)))
-            self._hooks.append((label, hook, loop))
+            self._hooks.append(_hook_entry(hook, name, loop))
+
+    def add_unrelease_hook(self, hook: ReleaseHook, *, name: str | None = None) -> None:
+        """Run ``hook`` when failed rechecks take the released worker out of service: the
+        counterpart of a release hook (unpublish what it published). Unrelease hooks run in the
+        reverse order of their adding, on the loop they were added from like release hooks;
+        one that raises is logged and the others still run. Only rechecks
+        (``DYN_WORKER_VALIDATION_RECHECK_S``) ever call them, never more than once in a row.
+
+        With rechecks on, K passing rechecks after an unrelease run the release hooks again,
+        so those must be able to run twice.
+        """
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            self._unrelease_hooks.append(_hook_entry(hook, name, loop))
+
+    def stop_rechecks(self) -> None:
+        """Start no further recheck (the worker is shutting down); returns at once."""
+        rechecker = self._rechecker
+        if rechecker is not None:
+            rechecker.request_stop()
 
     def attach(
         self,
@@ -389,6 +441,7 @@ class WorkerValidation:
         """
         global _claim_owner, _claim_model
         self._cancel.set()
+        self.stop_rechecks()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(CLOSE_WAIT_S)
@@ -401,6 +454,10 @@ class WorkerValidation:
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is not None:
             endpoint.stop()
+        # After the endpoint: a recheck's requests then end at once instead of at their timeout.
+        rechecker = self._rechecker
+        if rechecker is not None and not rechecker.join(CLOSE_WAIT_S):
+            logger.error("worker validation: a recheck still runs %.0fs after close", CLOSE_WAIT_S)
         self._withdraw_record()
         with _claim_lock:
             if _claim_owner is self:
@@ -519,9 +576,8 @@ class WorkerValidation:
             return path.with_name(path.stem + "-logs"), False
         return Path(tempfile.mkdtemp(prefix="shakedown-validation-")), True
 
-    def _run_hooks(self) -> str | None:
+    def _run_hooks(self, deadline: float | None) -> str | None:
         """Run the release hooks in order; return why one failed, or None."""
-        deadline = self._deadline()
         for name, hook, loop in list(self._hooks):
             if self._cancel.is_set():
                 return f"validation was stopped before release hook {name!r}"
@@ -538,7 +594,7 @@ class WorkerValidation:
         if held_reason is None and self._cancel.is_set():
             held_reason = "validation was stopped"
         if held_reason is None:
-            held_reason = self._run_hooks()
+            held_reason = self._run_hooks(self._deadline())
         if held_reason is None and self._cancel.is_set():
             held_reason = "validation was stopped while the release hooks ran"
         status: Literal["released", "held"] = "released" if held_reason is None else "held"
@@ -556,6 +612,7 @@ class WorkerValidation:
             duration_s=time.monotonic() - self._start_clock,
             gates=gates,
             token_file=None if self._record is None else self._record.token_file,
+            recheck=None if self._recheck_counts is None else self._recheck_counts.to_dict(),
         )
         with self._lock:
             self._report = report
@@ -571,7 +628,10 @@ class WorkerValidation:
         finally:
             self._wake(waiters)
             if status == "released" and endpoint is not None:
-                self._close_released_endpoint(endpoint)
+                if self.config.recheck_s is not None:
+                    self._start_rechecks(endpoint)
+                else:
+                    self._close_released_endpoint(endpoint)
             self._finished.set()
 
     def _publish_report(self, report: ValidationReport) -> None:
@@ -602,10 +662,118 @@ class WorkerValidation:
             logger.exception("worker validation: the local endpoint did not close cleanly")
         self._withdraw_record()
 
+    # --- rechecks after release -------------------------------------------------------------
+
+    def _start_rechecks(self, endpoint: ValidatedEndpoint) -> None:
+        # The loopback stays up (token-protected, 127.0.0.1): a recheck then costs its
+        # requests only, and cannot fail for a rebuild's reasons (docs/checks.md).
+        recheck = importlib.import_module("shakedown.validation.recheck")
+        checks = importlib.import_module("shakedown.checks")
+        parsers = self._parsers()
+        assert self.config.recheck_s is not None
+        self._rechecker = recheck.Rechecker(
+            interval_s=self.config.recheck_s,
+            suite=self.config.recheck_suite or recheck.recheck_suite(),
+            settings=checks.Settings(
+                base_url=f"http://127.0.0.1:{endpoint.port}/v1",
+                api_key=self._api_key,
+                model=self._model,
+                timeout_s=recheck.REQUEST_TIMEOUT_S,
+                expect_reasoning="reasoning_parser" in parsers,
+                expect_tools="tool_call_parser" in parsers,
+            ),
+            activity=self.activity,
+            on_result=self._on_recheck,
+        )
+        if self._cancel.is_set():
+            return
+        self._rechecker.start()
+        logger.info(
+            "worker validation: released; rechecking every %gs of idleness (%d in a row to "
+            "unrelease)",
+            self.config.recheck_s,
+            self.config.recheck_failures,
+        )
+
+    def _on_recheck(self, result: Any) -> None:
+        """Count a recheck; act when K in a row say the same thing against the current state."""
+        counts = self._recheck_counts
+        setattr(counts, result.verdict, getattr(counts, result.verdict) + 1)
+        counts.last = {
+            "verdict": result.verdict,
+            "duration_s": round(result.duration_s, 3),
+            "busy": result.busy,
+            "reason": result.why(),
+        }
+        if result.verdict == "inconclusive":
+            logger.info(
+                "worker validation: recheck inconclusive (the worker was busy): %s", result.why()
+            )
+            return
+        if result.verdict == "failed":
+            counts.consecutive_failures += 1
+            counts.consecutive_passes = 0
+            logger.warning(
+                "worker validation: recheck failed (%d/%d): %s",
+                counts.consecutive_failures,
+                counts.threshold,
+                result.why(),
+            )
+        else:
+            counts.consecutive_passes += 1
+            counts.consecutive_failures = 0
+        if self._state == "released" and counts.consecutive_failures >= counts.threshold:
+            self._unrelease(
+                f"{counts.consecutive_failures} rechecks in a row failed; last: {result.why()}"
+            )
+        elif self._state == "unreleased" and counts.consecutive_passes >= counts.threshold:
+            self._rerelease(counts.consecutive_passes)
+
+    def _unrelease(self, why: str) -> None:
+        deadline = time.monotonic() + RECHECK_HOOK_TIMEOUT_S
+        problems = []
+        for name, hook, loop in reversed(list(self._unrelease_hooks)):
+            try:
+                outcome = hook()
+                if inspect.isawaitable(outcome):
+                    _await_on(outcome, loop, deadline, self._cancel)
+            except BaseException as exc:
+                logger.exception("worker validation: unrelease hook %r failed", name)
+                problems.append(f"unrelease hook {name!r} failed: {exc!r}")
+        reason = "; ".join([why, *problems])
+        self._recheck_counts.consecutive_passes = 0
+        self._set_recheck_state("unreleased", reason)
+
+    def _rerelease(self, passes: int) -> None:
+        problem = self._run_hooks(time.monotonic() + RECHECK_HOOK_TIMEOUT_S)
+        if problem is not None:
+            # Still out of service; K more passes try again.
+            self._recheck_counts.consecutive_passes = 0
+            self._set_recheck_state("unreleased", f"re-release failed: {problem}")
+            return
+        self._set_recheck_state("released", f"released again: {passes} rechecks in a row passed")
+
+    def _set_recheck_state(self, state: Literal["released", "unreleased"], reason: str) -> None:
+        report = self._report
+        if report is not None:
+            # Written before the state changes: whoever sees the new state finds its report.
+            report = dataclasses.replace(
+                report, status=state, reason=reason, recheck=self._recheck_counts.to_dict()
+            )
+            self._publish_report(report)
+        with self._lock:
+            self._state, self._reason, self._report = state, reason, report
+
     def _withdraw_record(self) -> None:
         record, self._record = self._record, None
         if record is not None:
             importlib.import_module("shakedown.checks.attach").withdraw(record)
+
+
+def _hook_entry(
+    hook: ReleaseHook, name: str | None, loop: asyncio.AbstractEventLoop | None
+) -> tuple[str, ReleaseHook, asyncio.AbstractEventLoop | None]:
+    return name or str(getattr(hook, "__qualname__", repr(hook))), hook, loop
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

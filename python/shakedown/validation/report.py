@@ -38,9 +38,10 @@ class GateResult:
 
 @dataclass
 class ValidationReport:
-    """What happened to one worker's validation: ``released`` or ``held``, and why."""
+    """What happened to one worker's validation: ``released`` or ``held``, and why; after
+    release, ``unreleased`` when rechecks took it out of service (``recheck`` says how)."""
 
-    status: Literal["released", "held"]
+    status: Literal["released", "held", "unreleased"]
     reason: str
     model: str | None
     base_url: str | None
@@ -50,6 +51,8 @@ class ValidationReport:
     gates: list[GateResult] = field(default_factory=list)
     # The 0600 file holding the held endpoint's bearer token (the token is never reported).
     token_file: str | None = None
+    # With rechecks on: their counts and the last one's verdict.
+    recheck: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
