@@ -113,10 +113,10 @@ impl ChatParser {
     pub fn from_spec(spec: &ChatParserSpec) -> Self {
         let dialect = spec.dialect;
         let tools = spec.tool_call.map(|family| {
-            let schema_tools = if dialect.untyped_values_are_text() {
-                Arc::new(spec.tools.with_untyped_values_as_text())
-            } else {
+            let schema_tools = if spec.tools.dialect() == dialect {
                 spec.tools.clone()
+            } else {
+                Arc::new(spec.tools.in_dialect(dialect))
             };
             family.build(schema_tools)
         });

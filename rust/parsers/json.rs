@@ -91,6 +91,27 @@ impl JsonScanner {
         }
     }
 
+    /// What closes a value cut off here (an open string, then the open lists and
+    /// objects, innermost first), or `None` when no suffix makes it valid JSON (cut
+    /// inside a key, a literal, an escape, or where a value or key must follow).
+    pub fn closing(&self) -> Option<String> {
+        let mut out = String::new();
+        match self.lex {
+            Lex::Str { key: false } => out.push('"'),
+            Lex::Escape { key: false } => out.push_str("\\\""),
+            Lex::Number(n) if n.can_end() => {}
+            Lex::ValueOrClose | Lex::KeyOrClose | Lex::CommaOrClose | Lex::Done => {}
+            _ => return None,
+        }
+        out.extend(
+            self.stack
+                .iter()
+                .rev()
+                .map(|&object| if object { '}' } else { ']' }),
+        );
+        Some(out)
+    }
+
     /// Start over for a new value, keeping the allocation.
     pub fn reset(&mut self) {
         self.lex = Lex::Value;

@@ -217,6 +217,7 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("xlam", &[]),
     info("plamo3", &[]),
     info("minicpm5", &[]),
+    info("default", &[]),
 ];
 
 /// Reasoning parsers: canonical names with their aliases.

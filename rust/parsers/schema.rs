@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use super::dialect::Dialect;
+
 /// One OpenAI function tool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolDef {
@@ -15,9 +17,8 @@ pub struct ToolDef {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tools {
     defs: Vec<ToolDef>,
-    /// A value no schema types is text (vLLM's and SGLang's reading), not JSON-looking
-    /// JSON (Dynamo's); see [`super::dialect::Dialect::untyped_values_are_text`].
-    untyped_values_are_text: bool,
+    /// Whose reading of values and arguments the parsers reproduce.
+    dialect: Dialect,
 }
 
 impl Tools {
@@ -43,7 +44,7 @@ impl Tools {
         }
         Ok(Self {
             defs,
-            untyped_values_are_text: false,
+            dialect: Dialect::Dynamo,
         })
     }
 
@@ -177,33 +178,68 @@ impl Tools {
         let ty = self
             .get(tool)
             .map_or(ParamType::UNKNOWN, |def| def.param_type(param));
-        if ty.kind == ValueKind::Unknown && self.untyped_values_are_text {
+        if ty.kind == ValueKind::Unknown && self.dialect.untyped_values_are_text() {
             return ParamType::STRING;
         }
         ty
     }
 
-    /// The same tools, with values no schema types read as text.
-    pub fn with_untyped_values_as_text(&self) -> Self {
+    /// The same tools, read in `dialect`'s way.
+    pub fn in_dialect(&self, dialect: Dialect) -> Self {
         Self {
             defs: self.defs.clone(),
-            untyped_values_are_text: true,
+            dialect,
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// How arguments built from these tools' values are spaced in the dialect.
+    pub fn json_style(&self) -> JsonStyle {
+        match self.dialect {
+            Dialect::Dynamo => JsonStyle::Compact,
+            Dialect::Vllm | Dialect::Sglang => JsonStyle::Python,
         }
     }
 }
 
-/// Writes JSON the way Python's `json.dumps(ensure_ascii=False)` does: `", "` between
-/// items, `": "` after keys, non-ASCII kept as is. This is what vLLM, SGLang and Dynamo
-/// hand out for XML-style formats.
-struct PySeparators;
+/// How the JSON a parser builds (XML-style arguments) is spaced. Dynamo re-serialises
+/// with serde_json (`{"k":1,"j":[1,2]}`); vLLM and SGLang use Python's
+/// `json.dumps(ensure_ascii=False)` (`{"k": 1, "j": [1, 2]}`). Non-ASCII is kept either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JsonStyle {
+    #[default]
+    Compact,
+    Python,
+}
 
-impl serde_json::ser::Formatter for PySeparators {
+impl JsonStyle {
+    /// Between items of an array or object.
+    pub fn item_separator(self) -> &'static str {
+        match self {
+            JsonStyle::Compact => ",",
+            JsonStyle::Python => ", ",
+        }
+    }
+
+    /// Between a key and its value.
+    pub fn key_separator(self) -> &'static str {
+        match self {
+            JsonStyle::Compact => ":",
+            JsonStyle::Python => ": ",
+        }
+    }
+}
+
+impl serde_json::ser::Formatter for JsonStyle {
     fn begin_array_value<W: ?Sized + std::io::Write>(
         &mut self,
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        item_separator(writer, first)
+        self.before_item(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -211,30 +247,36 @@ impl serde_json::ser::Formatter for PySeparators {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        item_separator(writer, first)
+        self.before_item(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(
         &mut self,
         writer: &mut W,
     ) -> std::io::Result<()> {
-        writer.write_all(b": ")
+        writer.write_all(self.key_separator().as_bytes())
     }
 }
 
-/// `", "` before every array item and object key but the first.
-fn item_separator<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
-    if first {
-        Ok(())
-    } else {
-        writer.write_all(b", ")
+impl JsonStyle {
+    /// The item separator before every array item and object key but the first.
+    fn before_item<W: ?Sized + std::io::Write>(
+        self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(self.item_separator().as_bytes())
+        }
     }
 }
 
-/// Append `value` as JSON with Python-style separators.
-pub fn write_json<T: serde::Serialize + ?Sized>(value: &T, out: &mut String) {
+/// Append `value` as JSON spaced in `style`.
+pub fn write_json<T: serde::Serialize + ?Sized>(value: &T, style: JsonStyle, out: &mut String) {
     let mut bytes = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut bytes, PySeparators);
+    let mut ser = serde_json::Serializer::with_formatter(&mut bytes, style);
     value
         .serialize(&mut ser)
         .expect("serializing JSON into memory cannot fail");
@@ -310,7 +352,7 @@ fn write_number(text: &str, out: &mut String) -> bool {
     // Also spellings JSON lacks but models write (".5", "+2.5").
     match text.parse::<f64>() {
         Ok(f) if f.is_finite() => {
-            write_json(&f, out);
+            write_json(&f, JsonStyle::Compact, out);
             true
         }
         _ => false,
@@ -318,7 +360,7 @@ fn write_number(text: &str, out: &mut String) -> bool {
 }
 
 /// A JSON document of the wanted shape (`None`: any non-string value).
-fn write_parsed(text: &str, want: Option<ValueKind>, out: &mut String) -> bool {
+fn write_parsed(text: &str, want: Option<ValueKind>, style: JsonStyle, out: &mut String) -> bool {
     let Ok(value) = serde_json::from_str::<Value>(text) else {
         return false;
     };
@@ -328,7 +370,7 @@ fn write_parsed(text: &str, want: Option<ValueKind>, out: &mut String) -> bool {
         _ => !value.is_string(),
     };
     if fits {
-        write_json(&value, out);
+        write_json(&value, style, out);
     }
     fits
 }
@@ -339,7 +381,7 @@ fn write_parsed(text: &str, want: Option<ValueKind>, out: &mut String) -> bool {
 /// that does not fit its kind falls back to the raw string. For an unknown tool or
 /// parameter the text is taken as JSON when it is a number, boolean, null, object or
 /// array, and as a string otherwise.
-pub fn write_typed_value(raw: &str, ty: ParamType, out: &mut String) {
+pub fn write_typed_value(raw: &str, ty: ParamType, style: JsonStyle, out: &mut String) {
     let text = raw.trim();
     if ty.nullable && null_text(text) {
         out.push_str("null");
@@ -360,7 +402,7 @@ pub fn write_typed_value(raw: &str, ty: ParamType, out: &mut String) {
             }
             _ => false,
         },
-        ValueKind::Object | ValueKind::Array => write_parsed(text, Some(ty.kind), out),
+        ValueKind::Object | ValueKind::Array => write_parsed(text, Some(ty.kind), style, out),
         ValueKind::Null => {
             if null_text(text) {
                 out.push_str("null");
@@ -369,7 +411,7 @@ pub fn write_typed_value(raw: &str, ty: ParamType, out: &mut String) {
                 false
             }
         }
-        ValueKind::Unknown => write_parsed(text, None, out),
+        ValueKind::Unknown => write_parsed(text, None, style, out),
     };
     if !done {
         write_json_str(raw, out);
@@ -404,7 +446,12 @@ mod tests {
 
     fn typed(param: &str, raw: &str) -> String {
         let mut out = String::new();
-        write_typed_value(raw, tools().param_type("f", param), &mut out);
+        write_typed_value(
+            raw,
+            tools().param_type("f", param),
+            JsonStyle::Python,
+            &mut out,
+        );
         out
     }
 

@@ -39,15 +39,15 @@ GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "pipeline" / "fuz
 # lists them). Strict: a pair that starts passing must come off this list.
 _JAIL = "the jail's whole parse (the tool parsers' own differences under Dynamo's tool jail)"
 OPEN: dict[str, str] = {
-    "deepseek_r1+hermes": f"{_JAIL}; JSON calls in content",
-    "qwen3+qwen3_coder": f"compact qwen3_coder arguments; {_JAIL}",
-    "kimi_k2+kimi_k2": f"compact kimi_k2 arguments; {_JAIL}",
+    "deepseek_r1+hermes": _JAIL,
+    "qwen3+qwen3_coder": _JAIL,
+    "kimi_k2+kimi_k2": _JAIL,
     "gpt_oss+harmony": "the reference falls back without the Harmony encoding (offline)",
-    "deepseek_v3_1+deepseek_v3_1": f"compact deepseek_v3_1 arguments; {_JAIL}",
+    "deepseek_v3_1+deepseek_v3_1": _JAIL,
     "none+mistral": _JAIL,
-    "none+llama3_json": f"{_JAIL}; JSON calls in content",
+    "none+llama3_json": _JAIL,
     "none+pythonic": _JAIL,
-    "none+default": "no `default` tool-call parser",
+    "none+default": _JAIL,
 }
 
 
@@ -109,7 +109,8 @@ def test_the_stage_fails_with_one_parser_rule_off(fuzz_stack: StackFor) -> None:
     report = fuzz.fuzz_pair(made, SEED, CASES)
     assert len(report.findings) > CASES // 4, report.classes
     assert any("reasoning_content" in c for c in report.classes)
-    first = report.findings[:1]
+    # The first case the mutation changed (others may differ for open classes too).
+    first = [f for f in report.findings if any("reasoning_content" in c for c in f.classes)][:1]
     fuzz.shrink(made, first, max_rounds=6)
     assert len(first[0].case.text) <= 8, first[0].case.describe()
 

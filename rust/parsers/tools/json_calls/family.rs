@@ -29,9 +29,10 @@ pub(super) enum Family {
     Granite,
     Xlam,
     Plamo3,
+    Default,
 }
 
-pub(super) const FAMILIES: [(&str, Family); 22] = [
+pub(super) const FAMILIES: [(&str, Family); 23] = [
     ("hermes", Family::Hermes),
     ("llama3_json", Family::Llama3Json),
     ("mistral", Family::Mistral),
@@ -54,6 +55,7 @@ pub(super) const FAMILIES: [(&str, Family); 22] = [
     ("granite", Family::Granite),
     ("xlam", Family::Xlam),
     ("plamo3", Family::Plamo3),
+    ("default", Family::Default),
 ];
 
 pub(super) const DS_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
@@ -115,6 +117,9 @@ pub(super) struct Spec {
     pub(super) skip: &'static [&'static str],
     /// How the family spells the call object's keys.
     pub(super) keys: Keys,
+    /// Dynamo's JSON parsers also take a call object (or list of them) written
+    /// anywhere in the content, bare or in a fence (see `in_content`).
+    pub(super) calls_in_content: bool,
 }
 
 const fn spec(starts: &'static [&'static str]) -> Spec {
@@ -134,6 +139,7 @@ const fn spec(starts: &'static [&'static str]) -> Spec {
             args: None,
             keyed: false,
         },
+        calls_in_content: false,
     }
 }
 
@@ -141,17 +147,20 @@ impl Family {
     fn spec(self) -> Spec {
         match self {
             Family::Hermes => Spec {
+                calls_in_content: true,
                 after: &["</tool_call>"],
                 needs_end: true,
                 skip: &["</tool_call>"],
                 ..spec(&["<tool_call>"])
             },
             Family::Llama3Json => Spec {
+                calls_in_content: true,
                 bare: Some(b'{'),
                 tentative_start: true,
                 ..spec(&["<|python_tag|>"])
             },
             Family::Mistral => Spec {
+                calls_in_content: true,
                 bare: Some(b'['),
                 name_end: &[MISTRAL_ARGS, MISTRAL_CALL_ID],
                 after: &["[/TOOL_CALLS]"],
@@ -190,18 +199,28 @@ impl Family {
                 ..spec(HARMONY_STARTS)
             },
             Family::Jamba => Spec {
+                calls_in_content: true,
                 after: &["</tool_calls>"],
                 skip: &["</tool_calls>"],
                 ..spec(&["<tool_calls>"])
             },
             Family::Phi4 => Spec {
+                calls_in_content: true,
                 tentative_start: true,
                 ..spec(&["functools"])
             },
             Family::NemotronDeci => Spec {
+                calls_in_content: true,
                 after: &["</TOOLCALL>"],
                 skip: &["</TOOLCALL>"],
                 ..spec(&["<TOOLCALL>"])
+            },
+            // Dynamo's fallback JSON parser: an object or list after `<TOOLCALL>` or
+            // `<|python_tag|>`, or in the content. It knows no end marker, so a
+            // `</TOOLCALL>` after the call stays content.
+            Family::Default => Spec {
+                calls_in_content: true,
+                ..spec(&["<TOOLCALL>", "<|python_tag|>"])
             },
             // LongCat-Flash: hermes' object in its own tags.
             Family::Longcat => Spec {

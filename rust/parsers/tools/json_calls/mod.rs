@@ -25,6 +25,7 @@
 //!   markup, not content.
 
 mod family;
+mod in_content;
 mod named;
 mod objects;
 mod olmo3;
@@ -38,6 +39,7 @@ use family::{sets, Family, Sets, DS_CALL_BEGIN, FAMILIES, KIMI_CALL_BEGIN};
 use pythonic::ListScan;
 use wrapper::Wrapper;
 
+use crate::parsers::dialect::Dialect;
 use crate::parsers::json::JsonScanner;
 use crate::parsers::{CallSink, ToolParse, Tools};
 
@@ -77,6 +79,8 @@ enum State {
     Skip,
     /// Inside a pythonic call list, up to its closing `]`.
     Python,
+    /// A JSON value in the content that may be a call (`in_content`).
+    InContent,
 }
 
 fn leading_ws(text: &str) -> usize {
@@ -116,10 +120,35 @@ struct JsonCalls {
     wrapper: Wrapper,
     py: ListScan,
     py_text: String,
+    /// Calls written in the content are read (Dynamo's JSON families).
+    content_calls: bool,
+    /// A `{` or `[` in the content was not a call: no later one is tried.
+    content_calls_ended: bool,
+    /// The last byte consumed was `>` (a `{` right after a tag opens no call).
+    after_gt: bool,
+    content_scan: JsonScanner,
+    /// Where the JSON value starts in `raw` (after its leading whitespace).
+    content_json_from: Option<usize>,
+    /// Bare arguments are gathered and re-serialised compactly (Dynamo's DeepSeek
+    /// V3/V3.1 and Kimi K2 parsers hand out `{"city":"Paris"}` whatever the spacing).
+    compact_args: bool,
+    args_text: String,
+    /// Reading Kimi K2 arguments that are not JSON (`named::raw_args`).
+    raw_args: bool,
 }
 
 impl JsonCalls {
     fn new(family: Family, tools: Arc<Tools>) -> Self {
+        // Dynamo's JSON families: calls in the content, and any arguments value.
+        let content_calls =
+            sets(family).spec.calls_in_content && tools.dialect() == Dialect::Dynamo;
+        let compact_args = tools.dialect() == Dialect::Dynamo
+            && matches!(
+                family,
+                Family::DeepseekV3 | Family::DeepseekV31 | Family::KimiK2
+            );
+        let mut wrapper = Wrapper::new(sets(family).spec.keys);
+        wrapper.any_arguments = content_calls;
         Self {
             family,
             tools,
@@ -137,9 +166,17 @@ impl JsonCalls {
             args: JsonScanner::new(),
             args_started: false,
             closing_text: false,
-            wrapper: Wrapper::new(sets(family).spec.keys),
+            wrapper,
             py: ListScan::new(),
             py_text: String::new(),
+            content_calls,
+            content_calls_ended: false,
+            after_gt: false,
+            content_scan: JsonScanner::new(),
+            content_json_from: None,
+            compact_args,
+            args_text: String::new(),
+            raw_args: false,
         }
     }
 
@@ -208,8 +245,9 @@ impl JsonCalls {
             State::Name => self.name(rest, sink),
             State::Fence => self.fence(rest, sink),
             State::Args => self.args(rest, sink),
-            State::Close | State::Skip => self.close_or_skip(rest),
+            State::Close | State::Skip => self.close_or_skip(rest, sink),
             State::Python => self.python(rest, sink),
+            State::InContent => self.in_content(rest, sink),
         }
     }
 
@@ -222,6 +260,9 @@ impl JsonCalls {
             };
             if self.tentative {
                 self.raw.push_str(&rest[..n]);
+            }
+            if n > 0 {
+                self.after_gt = rest.as_bytes()[n - 1] == b'>';
             }
             pos += n;
             if self.release {
@@ -252,13 +293,33 @@ impl ToolParse for JsonCalls {
 
     fn finish(&mut self, sink: &mut CallSink) {
         let held = std::mem::take(&mut self.pending);
-        if self.tentative {
+        if self.state == State::InContent && self.finish_in_content(&held, sink) {
+            self.commit();
+        } else if self.state == State::InContent {
+            sink.content(&self.raw);
+        } else if self.tentative {
             sink.content(&self.raw);
             sink.content(&held);
         } else {
             match self.state {
                 State::Text => sink.content(&held),
+                // Dynamo keeps a whole call whose block never closed (hermes measured),
+                // and closes a call cut inside its object (hermes, jamba, nemotron_deci).
+                State::After if sink.has_open_call() && self.content_calls => sink.end_call(),
+                // Not after a marker with no end of its own (`<|python_tag|>`,
+                // `functools`, `[TOOL_CALLS]`): Dynamo drops those.
+                State::Wrapper
+                    if self.content_calls
+                        && self.sets.after.is_some()
+                        && self.family != Family::Mistral
+                        && self.wrapper.close_cut(sink) =>
+                {
+                    sink.end_call()
+                }
                 State::After if sink.has_open_call() => {
+                    sink.drop_call("the call's end marker never came")
+                }
+                State::Close if sink.has_open_call() => {
                     sink.drop_call("the call's end marker never came")
                 }
                 State::Close if self.closing_text => sink.error(
@@ -281,6 +342,9 @@ impl ToolParse for JsonCalls {
         self.tentative = false;
         self.release = false;
         self.boundary = true;
+        self.content_calls_ended = false;
+        self.after_gt = false;
+        self.raw_args = false;
         self.state = State::Text;
     }
 

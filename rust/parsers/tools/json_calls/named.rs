@@ -155,17 +155,25 @@ impl JsonCalls {
     /// A bare arguments object, forwarded verbatim.
     pub(super) fn args(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
         let bytes = rest.as_bytes();
+        if self.raw_args {
+            return self.raw_args(rest, sink);
+        }
         if !self.args_started {
             let ws = leading_ws(rest);
             if ws > 0 {
                 return Some(ws);
             }
-            if bytes[0] != b'{' {
+            // Dynamo takes a list too (`["Paris"]`), and Kimi's any text.
+            let list = self.compact_args && bytes[0] == b'[';
+            if bytes[0] != b'{' && !list {
                 // The call's end marker right away: a call without parameters.
                 if let Some(close) = &self.sets.close {
                     match close.scan(rest) {
                         Scan::Found { start: 0, .. } => {
-                            sink.arguments("{}");
+                            // Dynamo's Kimi K2 hands out the empty text as it is.
+                            if !(self.compact_args && self.family == Family::KimiK2) {
+                                sink.arguments("{}");
+                            }
                             sink.end_call();
                             self.state = State::Close;
                             return Some(0);
@@ -174,20 +182,36 @@ impl JsonCalls {
                         _ => {}
                     }
                 }
+                if self.compact_args && self.family == Family::KimiK2 {
+                    self.args_text.clear();
+                    self.raw_args = true;
+                    return Some(0);
+                }
                 self.fail("arguments are not a JSON object", sink);
                 return Some(0);
             }
             self.args_started = true;
             self.args.reset();
+            self.args_text.clear();
         }
         match self.args.feed(bytes) {
             Scanned::More => {
-                sink.arguments(rest);
+                self.take_args(rest, sink);
                 Some(rest.len())
             }
             Scanned::Done(n) => {
-                sink.arguments(&rest[..n]);
-                sink.end_call();
+                self.take_args(&rest[..n], sink);
+                if self.compact_args {
+                    let text = std::mem::take(&mut self.args_text);
+                    match serde_json::from_str::<serde_json::Value>(&text) {
+                        Ok(value) => sink.arguments(&value.to_string()),
+                        Err(_) => sink.arguments(&text),
+                    }
+                }
+                // Dynamo keeps such a call only once its own end marker comes.
+                if !(self.compact_args && self.sets.close.is_some()) {
+                    sink.end_call();
+                }
                 self.state = if self.sets.close.is_some() {
                     State::Close
                 } else {
@@ -196,15 +220,47 @@ impl JsonCalls {
                 Some(n)
             }
             Scanned::Invalid(k, why) => {
-                sink.arguments(&rest[..k]);
-                self.fail(why, sink);
+                self.take_args(&rest[..k], sink);
+                if self.compact_args && self.family == Family::KimiK2 {
+                    // Dynamo's Kimi K2 keeps arguments that are not JSON as written.
+                    self.raw_args = true;
+                } else {
+                    self.fail(why, sink);
+                }
                 Some(k)
             }
         }
     }
 
+    /// Kimi K2 arguments that are not JSON: their text, up to the call's end marker.
+    fn raw_args(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
+        let close = self.sets.close.as_ref()?;
+        let (taken, found) = match close.scan(rest) {
+            Scan::Found { start, .. } => (start, true),
+            Scan::Partial { hold_from } => (hold_from, false),
+        };
+        self.args_text.push_str(&rest[..taken]);
+        if !found {
+            return (taken > 0).then_some(taken);
+        }
+        self.raw_args = false;
+        let text = std::mem::take(&mut self.args_text);
+        sink.arguments(text.trim());
+        self.state = State::Close;
+        Some(taken)
+    }
+
+    /// Argument bytes: forwarded as they come, or gathered to be written compactly.
+    fn take_args(&mut self, piece: &str, sink: &mut CallSink) {
+        if self.compact_args {
+            self.args_text.push_str(piece);
+        } else {
+            sink.arguments(piece);
+        }
+    }
+
     /// Markup after a call, or a broken call's rest, up to where parsing resumes.
-    pub(super) fn close_or_skip(&mut self, rest: &str) -> Option<usize> {
+    pub(super) fn close_or_skip(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
         // The skip markers include the close markers, so markup after a call also ends
         // at its section's end when the call's own end marker is misspelled or missing.
         let Some(set) = self.sets.skip.as_ref() else {
@@ -223,6 +279,15 @@ impl JsonCalls {
             return (taken > 0).then_some(taken);
         };
         self.closing_text = false;
+        if self.state == State::Close && sink.has_open_call() {
+            if matches!(marker, DS_CALL_END | KIMI_CALL_END) {
+                sink.end_call();
+            } else {
+                sink.drop_call(format!(
+                    "the call's end marker never came (`{marker}` first)"
+                ));
+            }
+        }
         match marker {
             // A new Mistral call resynchronises; leave its marker to Text.
             MISTRAL_CALLS => {

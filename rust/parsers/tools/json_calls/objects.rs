@@ -64,9 +64,46 @@ impl JsonCalls {
         }
     }
 
+    /// Dynamo dialect: whitespace after a call is markup only before the call's end
+    /// marker (or hermes' next object in the block); otherwise it is content, as is a
+    /// llama3 `;` (measured: `[…] ok` keeps ` ok`, `{…}; {…}` keeps `;`). `None`:
+    /// no whitespace here, for [`Self::after`] to go on.
+    fn space_after_call(&mut self, rest: &str, sink: &mut CallSink) -> Option<Option<usize>> {
+        let ws = leading_ws(rest);
+        if ws == 0 {
+            return None;
+        }
+        if ws == rest.len() {
+            return Some(None);
+        }
+        let next = &rest[ws..];
+        let markup = match &self.sets.after {
+            Some(after) => match after.scan(next) {
+                Scan::Found { start: 0, .. } => true,
+                Scan::Partial { hold_from: 0 } => return Some(None),
+                _ => false,
+            },
+            None => false,
+        } || self.sets.spec.needs_end && sink.has_open_call() && next.starts_with('{');
+        if markup {
+            return Some(Some(ws));
+        }
+        if self.sets.spec.needs_end && sink.has_open_call() {
+            // Text between the call and its end marker: `after` decides.
+            return None;
+        }
+        self.state = State::Text;
+        Some(Some(0))
+    }
+
     /// After a call object or list: its optional end marker.
     pub(super) fn after(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
         let bytes = rest.as_bytes();
+        if self.content_calls {
+            if let Some(step) = self.space_after_call(rest, sink) {
+                return step;
+            }
+        }
         let llama = self.family == Family::Llama3Json;
         let skip = rest
             .bytes()

@@ -8,6 +8,11 @@ use crate::parsers::CallSink;
 impl JsonCalls {
     /// Plain text: content up to a call opener.
     pub(super) fn text(&mut self, rest: &str, sink: &mut CallSink) -> Option<usize> {
+        if self.calls_in_content() {
+            if let Some(used) = self.text_before_content_call(rest, sink) {
+                return used;
+            }
+        }
         let bytes = rest.as_bytes();
         if self.boundary {
             let ws = leading_ws(rest);
@@ -52,6 +57,58 @@ impl JsonCalls {
                 (hold_from > 0).then_some(hold_from)
             }
         }
+    }
+
+    /// Text while calls written in the content are read: content up to the first `{`
+    /// or `[` that comes before any marker, less the whitespace just before it (which
+    /// goes with a call); trailing whitespace waits for what follows it. `None`: a
+    /// marker comes first, for [`Self::text`] to handle.
+    fn text_before_content_call(
+        &mut self,
+        rest: &str,
+        sink: &mut CallSink,
+    ) -> Option<Option<usize>> {
+        let (marker_at, found) = match self.sets.text.scan(rest) {
+            Scan::Found { start, .. } => (start, true),
+            Scan::Partial { hold_from } => (hold_from, false),
+        };
+        let opener = self.content_opener(&rest[..marker_at]);
+        if opener.is_none() && found {
+            return None;
+        }
+        self.boundary = false;
+        let cut = opener.unwrap_or(marker_at);
+        let ws_from = rest[..cut].trim_end_matches([' ', '\t', '\n', '\r']).len();
+        if ws_from > 0 {
+            sink.content(&rest[..ws_from]);
+            return Some(Some(ws_from));
+        }
+        if opener.is_none() {
+            // Whitespace, maybe a marker's first bytes: they belong to what follows.
+            return Some(None);
+        }
+        self.start_in_content();
+        Some(Some(0))
+    }
+
+    /// Where a call in the content may open: the first `{` or `[`, except a `{` right
+    /// after a `>` (Dynamo's jail starts on a token that begins with `{` or `[`, and
+    /// tokenizers merge `>{`, so `<tool_call>{…}` is text to a family without that tag).
+    fn content_opener(&self, text: &str) -> Option<usize> {
+        let bytes = text.as_bytes();
+        let mut from = 0;
+        while let Some(i) = text[from..].find(['{', '[']).map(|i| from + i) {
+            let after_gt = if i == 0 {
+                self.after_gt
+            } else {
+                bytes[i - 1] == b'>'
+            };
+            if !(bytes[i] == b'{' && after_gt) {
+                return Some(i);
+            }
+            from = i + 1;
+        }
+        None
     }
 
     /// After a start marker: what kind of call this is.

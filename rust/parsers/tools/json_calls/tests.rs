@@ -169,7 +169,8 @@ proptest! {
             prop_assert_eq!(&batch, &Message { tool_calls: batch.tool_calls.clone(), ..chunked.clone() });
             prop_assert_eq!(names(&batch), names(&chunked));
             prop_assert_eq!(batch_errors, chunked_errors);
-            for call in &batch.tool_calls {
+            // Dynamo's Kimi K2 hands out arguments that are not JSON as written.
+            for call in batch.tool_calls.iter().filter(|_| family != Family::KimiK2) {
                 prop_assert!(crate::parsers::json::is_valid(&call.arguments), "{}", call.arguments);
             }
             if batch_errors == 0 {

@@ -64,6 +64,9 @@ pub(super) struct Wrapper {
     has_args: bool,
     /// The name is known and the call is open on the sink.
     begun: bool,
+    /// Arguments that are not an object (`["Paris"]`, `"x"`) are forwarded as written
+    /// (Dynamo 1.6.1), not a broken call.
+    pub(super) any_arguments: bool,
 }
 
 fn is_ws(b: u8) -> bool {
@@ -83,6 +86,7 @@ impl Wrapper {
             args_object: false,
             has_args: false,
             begun: false,
+            any_arguments: false,
         }
     }
 
@@ -230,6 +234,41 @@ impl Wrapper {
         }
     }
 
+    /// The output ended inside the object: close it as Dynamo 1.6.1 does (open string,
+    /// lists and objects closed) and say whether that leaves a whole call, whose
+    /// arguments are then complete on the sink.
+    pub(super) fn close_cut(&mut self, sink: &mut CallSink) -> bool {
+        if !self.begun && self.st == W::Value && self.field == Field::Name {
+            // Cut inside the name: closed, it names the call (`"get_` is `get_`).
+            let Some(closing) = self.value.closing() else {
+                return false;
+            };
+            self.name_raw.push_str(&closing);
+            if self.open_call(sink).is_err() {
+                return false;
+            }
+            return matches!(self.close(0, sink), WStep::Done(_));
+        }
+        if !self.begun {
+            return false;
+        }
+        let in_args = self.st == W::Value && self.field == Field::Args;
+        let closing = match self.st {
+            W::Value => match self.value.closing() {
+                Some(closing) => closing,
+                None => return false,
+            },
+            W::CommaOrEnd | W::KeyOrEnd => String::new(),
+            _ => return false,
+        };
+        if in_args && self.args_object {
+            sink.arguments(&closing);
+        } else if in_args {
+            self.args_buf.push_str(&closing);
+        }
+        matches!(self.close(0, sink), WStep::Done(_))
+    }
+
     fn open_call(&mut self, sink: &mut CallSink) -> Result<(), &'static str> {
         if self.begun {
             return Err("duplicate `name` key");
@@ -260,6 +299,9 @@ impl Wrapper {
             let trimmed = self.args_buf.trim();
             if trimmed == "null" {
                 sink.arguments("{}");
+            } else if self.any_arguments {
+                // Dynamo hands out the value as written, a string holding JSON too.
+                sink.arguments(trimmed);
             } else {
                 match serde_json::from_str::<String>(trimmed) {
                     Ok(inner) if inner.trim_start().starts_with('{') && is_valid(&inner) => {

@@ -8,6 +8,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::{feed_at_markers, MarkerDriven};
+use crate::parsers::dialect::Dialect;
 use crate::parsers::markers::{Held, MarkerSet};
 use crate::parsers::schema::{write_json_str, write_typed_value, ParamType};
 use crate::parsers::{CallSink, ToolParse, Tools};
@@ -271,7 +272,11 @@ impl Gemma4Parser {
         }
         let fragment = &mut self.fragment;
         fragment.clear();
-        fragment.push_str(if self.args_open { ", " } else { "{" });
+        fragment.push_str(if self.args_open {
+            self.tools.json_style().item_separator()
+        } else {
+            "{"
+        });
         let mut reader = Reader {
             quote: self.syntax.quote,
             text: &self.entry,
@@ -374,7 +379,7 @@ impl<'a> Reader<'a> {
                 return Ok(());
             }
             if !first {
-                out.push_str(", ");
+                out.push_str(self.tools.json_style().item_separator());
             }
             self.member(out, depth)?;
             first = false;
@@ -401,7 +406,7 @@ impl<'a> Reader<'a> {
         if !self.eat(':') {
             return Err("expected `:` after an argument name");
         }
-        out.push_str(": ");
+        out.push_str(self.tools.json_style().key_separator());
         let ty = if depth == 0 {
             self.tools.param_type(self.tool, key)
         } else {
@@ -423,7 +428,7 @@ impl<'a> Reader<'a> {
                 return Ok(());
             }
             if !first {
-                out.push_str(", ");
+                out.push_str(self.tools.json_style().item_separator());
             }
             self.value(out, ParamType::UNKNOWN, depth)?;
             first = false;
@@ -450,7 +455,7 @@ impl<'a> Reader<'a> {
             if token.is_empty() {
                 return Err("missing value");
             }
-            write_typed_value(token, ty, out);
+            write_typed_value(token, ty, self.tools.json_style(), out);
             Ok(())
         }
     }
@@ -466,6 +471,11 @@ impl ToolParse for Gemma4Parser {
         match self.state {
             State::Text => sink.content(&held),
             State::Head | State::Skip => sink.error("Gemma tool call not closed"),
+            // Dynamo keeps a call whose arguments closed but whose end marker never came
+            // (measured).
+            State::Body if self.depth == 0 && self.tools.dialect() == Dialect::Dynamo => {
+                self.close_call(sink)
+            }
             State::Body | State::Quoted => sink.drop_call("output ended inside the call"),
         }
         self.state = State::Text;

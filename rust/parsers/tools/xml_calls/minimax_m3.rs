@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 
 use super::{feed_at_markers, MarkerDriven};
 use crate::parsers::markers::{Held, MarkerSet};
-use crate::parsers::schema::{schema_type, write_json, write_typed_value, ValueKind};
+use crate::parsers::schema::{schema_type, write_json, write_typed_value, JsonStyle, ValueKind};
 use crate::parsers::{CallSink, ToolParse, Tools};
 
 const NS: &str = "]<]minimax[>[";
@@ -96,7 +96,11 @@ impl MinimaxM3Parser {
         let schema = self.tools.get(&self.name).map(|t| &t.parameters);
         let params = parse_params(&self.body);
         let mut arguments = String::new();
-        write_json(&object(params, schema), &mut arguments);
+        write_json(
+            &object(params, schema),
+            self.tools.json_style(),
+            &mut arguments,
+        );
         sink.arguments(&arguments);
         sink.end_call();
         self.body.clear();
@@ -329,7 +333,7 @@ fn convert(element: Element<'_>, schema: Option<&Value>) -> Value {
                 ValueKind::String | ValueKind::Unknown => Value::String(text.to_owned()),
                 _ => {
                     let mut json = String::new();
-                    write_typed_value(text, ty, &mut json);
+                    write_typed_value(text, ty, JsonStyle::Compact, &mut json);
                     serde_json::from_str(&json).unwrap_or_else(|_| Value::String(text.to_owned()))
                 }
             }

@@ -10,9 +10,10 @@
 use std::sync::{Arc, OnceLock};
 
 use super::{feed_at_markers, MarkerDriven};
+use crate::parsers::dialect::Dialect;
 use crate::parsers::markers::{Held, MarkerSet};
 use crate::parsers::schema::{
-    escape_json_into, write_json, write_json_str, write_typed_value, ParamType,
+    escape_json_into, write_json, write_json_str, write_typed_value, ParamType, ValueKind,
 };
 use crate::parsers::{CallSink, ToolParse, Tools};
 
@@ -239,6 +240,9 @@ pub(super) struct TaggedParser {
     value_started: bool,
     /// A newline held back because it may be the value's last (markup) one.
     newline_held: bool,
+    /// Whitespace at the end of the value so far, held until text follows it (values
+    /// trimmed whole, Dynamo's Qwen3-Coder).
+    held_ws: String,
     calls_in_block: usize,
 }
 
@@ -259,6 +263,7 @@ impl TaggedParser {
             streaming_value: false,
             value_started: false,
             newline_held: false,
+            held_ws: String::new(),
             calls_in_block: 0,
         }
     }
@@ -368,6 +373,15 @@ impl MarkerDriven for TaggedParser {
                 self.close_value(sink);
                 State::Invoke
             }
+            (State::Value, Role::ParamOpen) if self.dynamo_qwen3() => {
+                self.absorb(self.format.param_open, sink);
+                State::Value
+            }
+            (State::Value, Role::BlockClose) if self.dynamo_qwen3() => {
+                self.absorb(self.format.block_close, sink);
+                self.close_value(sink);
+                self.end_call(sink, State::Text)
+            }
             (State::Value, Role::ParamOpen) => {
                 self.close_value(sink);
                 self.key.clear();
@@ -436,10 +450,38 @@ impl TaggedParser {
     fn param_prefix(&mut self) {
         let fragment = &mut self.fragment;
         fragment.clear();
-        fragment.push_str(if self.args_open { ", " } else { "{" });
+        let style = self.tools.json_style();
+        fragment.push_str(if self.args_open {
+            style.item_separator()
+        } else {
+            "{"
+        });
         write_json_str(self.key.trim(), fragment);
-        fragment.push_str(": ");
+        fragment.push_str(style.key_separator());
         self.args_open = true;
+    }
+
+    /// Dynamo 1.6.1's Qwen3-Coder reading (measured): a value is trimmed whole and ends
+    /// only at `</parameter>` or `</function>`; a `<parameter=` inside it is text, and a
+    /// `</tool_call>` that comes first is its last text.
+    fn dynamo_qwen3(&self) -> bool {
+        std::ptr::eq(self.format, &QWEN3_CODER) && self.tools.dialect() == Dialect::Dynamo
+    }
+
+    /// The current parameter's type. A value no schema types is text: Dynamo 1.6.1
+    /// (measured: qwen3_coder, glm47, minimax_m2), vLLM and SGLang all keep `3` or
+    /// `{"a": 1}` written between tags as a string when neither the tool nor the
+    /// parameter is declared (`null` aside, below).
+    fn param_type(&self) -> ParamType {
+        let ty = self.tools.param_type(&self.name, self.key.trim());
+        if ty.kind != ValueKind::Unknown {
+            return ty;
+        }
+        // Dynamo reads an untyped `null` as null, except in GLM's tags (measured).
+        ParamType {
+            nullable: self.tools.dialect() == Dialect::Dynamo && !std::ptr::eq(self.format, &GLM),
+            ..ParamType::STRING
+        }
     }
 
     /// A value begins. Plain strings stream (their JSON is known byte by byte); any other
@@ -448,7 +490,8 @@ impl TaggedParser {
         self.value.clear();
         self.value_started = false;
         self.newline_held = false;
-        let ty = self.tools.param_type(&self.name, self.key.trim());
+        self.held_ws.clear();
+        let ty = self.param_type();
         self.streaming_value = match self.typing {
             ValueTyping::Text => true,
             ValueTyping::Json => false,
@@ -464,6 +507,28 @@ impl TaggedParser {
 
     fn stream_value(&mut self, text: &str, sink: &mut CallSink) {
         let mut text = text;
+        if self.dynamo_qwen3() {
+            // The value is trimmed whole: leading whitespace is dropped, trailing
+            // whitespace waits to see whether more text follows it.
+            if !self.value_started {
+                text = text.trim_start();
+                if text.is_empty() {
+                    return;
+                }
+            }
+            let body = text.trim_end();
+            let fragment = &mut self.fragment;
+            fragment.clear();
+            if !body.is_empty() {
+                escape_json_into(&self.held_ws, fragment);
+                self.held_ws.clear();
+                escape_json_into(body, fragment);
+            }
+            self.held_ws.push_str(&text[body.len()..]);
+            self.value_started = true;
+            sink.arguments(fragment);
+            return;
+        }
         let fragment = &mut self.fragment;
         fragment.clear();
         if self.format.trim_newlines {
@@ -494,21 +559,24 @@ impl TaggedParser {
             sink.arguments("\"");
             return;
         }
-        let key_type = self.tools.param_type(&self.name, self.key.trim());
+        let key_type = self.param_type();
         self.param_prefix();
         let mut value = self.value.as_str();
-        if self.format.trim_newlines {
+        if self.dynamo_qwen3() {
+            value = value.trim();
+        } else if self.format.trim_newlines {
             value = value.strip_prefix('\n').unwrap_or(value);
             value = value.strip_suffix('\n').unwrap_or(value);
         }
         let fragment = &mut self.fragment;
+        let style = self.tools.json_style();
         match self.typing {
             ValueTyping::Text => write_json_str(value, fragment),
             ValueTyping::Json => match serde_json::from_str::<serde_json::Value>(value.trim()) {
-                Ok(parsed) => write_json(&parsed, fragment),
-                Err(_) => write_typed_value(value, key_type, fragment),
+                Ok(parsed) => write_json(&parsed, style, fragment),
+                Err(_) => write_typed_value(value, key_type, style, fragment),
             },
-            ValueTyping::Schema => write_typed_value(value, key_type, fragment),
+            ValueTyping::Schema => write_typed_value(value, key_type, style, fragment),
         }
         sink.arguments(fragment);
         self.value.clear();
@@ -528,6 +596,13 @@ impl ToolParse for TaggedParser {
             State::Block if self.calls_in_block > 0 => {}
             State::Block | State::Skip | State::Head => {
                 sink.error("tool-call block not closed");
+            }
+            // Dynamo's Qwen3-Coder keeps a call cut off between its parameters (measured).
+            State::Invoke
+                if std::ptr::eq(self.format, &QWEN3_CODER)
+                    && self.tools.dialect() == Dialect::Dynamo =>
+            {
+                self.end_call(sink, State::Text);
             }
             State::Invoke | State::Key | State::AfterKey | State::Value => {
                 sink.drop_call("output ended inside the call");
