@@ -96,7 +96,7 @@ fn tools_from_py(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<A
     let Some(tools) = tools.filter(|t| !t.is_none()) else {
         return Ok(Arc::default());
     };
-    if let Ok(text) = tools.downcast::<PyString>() {
+    if let Ok(text) = tools.cast::<PyString>() {
         return tools_from_text(text.to_str()?);
     }
     let text: String = py
