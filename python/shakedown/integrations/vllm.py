@@ -54,15 +54,32 @@ def _dialect() -> dict[str, Any]:
 _DIALECT = _dialect()
 
 
-def _tools_json(tools: Iterable[Any] | None) -> str | None:
-    """The request's tools as the JSON text shakedown's parsers take; shakedown reads each
+# The last tool list converted, with its JSON: vLLM builds a request's parsers more than once
+# from the same list. Held by the list itself (a strong reference), compared by identity.
+_last_tools: tuple[Any, str | None] = (None, None)
+
+
+def _tools_json(tools: Sequence[Any] | None) -> str | None:
+    """The request's tools as the JSON text shakedown's parsers take. shakedown reads each
     distinct text once and keeps it (keyed by the text itself), so a server whose requests
-    declare the same tools pays for reading their schemas once."""
+    declare the same tools pays for reading their schemas once; here each list is written
+    once, by pydantic's own serializer."""
+    global _last_tools
     if not tools:
         return None
-    return json.dumps(
-        [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else dict(t) for t in tools]
+    held, text = _last_tools
+    if held is tools:
+        return text
+    text = "[{}]".format(
+        ",".join(
+            t.model_dump_json(exclude_none=True)
+            if hasattr(t, "model_dump_json")
+            else json.dumps(dict(t))
+            for t in tools
+        )
     )
+    _last_tools = (tools, text)
+    return text
 
 
 def _delta_message(delta: Delta) -> Any:
