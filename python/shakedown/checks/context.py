@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import orjson
 
 from .answers import Answer, ok_json, unary_answer
 from .client import Client
-from .results import CheckFailed
+from .results import CaseResult, CheckFailed, CheckSkipped
 from .suite import CheckSpec, Suite
 
 T = TypeVar("T")
@@ -104,6 +105,22 @@ class RunContext:
         body.update(spec.extra_body)
         body.update(fields)
         return body
+
+    def run_cases(self, cases: Sequence[tuple[str, Callable[[], str]]]) -> list[CaseResult]:
+        """Each ``(name, judge)`` in turn: the judge's return is the pass reason, a
+        ``CheckFailed``/``CheckSkipped`` its failure or skip; progress is reported after each."""
+        results: list[CaseResult] = []
+        for name, judge in cases:
+            start = time.monotonic()
+            try:
+                result = CaseResult(name, "passed", 0.0, judge())
+            except CheckFailed as exc:
+                result = CaseResult(name, "failed", 0.0, str(exc))
+            except CheckSkipped as exc:
+                result = CaseResult(name, "skipped", 0.0, str(exc))
+            results.append(replace(result, duration_s=time.monotonic() - start))
+            self.update(len(results), len(cases), sum(c.outcome == "passed" for c in results))
+        return results
 
     def unary_chat(self, body: dict[str, Any], what: str) -> Answer:
         """The unary answer to ``body`` (shared: the same body is sent once per run)."""

@@ -7,16 +7,16 @@ deterministic), except ``stop-sequence``'s exact cut when the suite says it is.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import orjson
 
 from ..answers import Answer, first_choice, ok_json, stream_answer, stream_chunks, unary_answer
 from ..context import SEA_PROMPT, RunContext
-from ..results import CaseResult, CheckFailed, CheckSkipped, Verdict
+from ..results import CheckFailed, CheckSkipped, Verdict
 from ..suite import CheckSpec
 
 Item = Literal[
@@ -61,18 +61,9 @@ class Options:
 
 def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
     options: Options = spec.options
-    cases: list[CaseResult] = []
-    for number, item in enumerate(options.items):
-        start = time.monotonic()
-        try:
-            reason = ITEMS[item](ctx, spec, options)
-            outcome: Literal["passed", "failed", "skipped"] = "passed"
-        except CheckFailed as exc:
-            outcome, reason = "failed", str(exc)
-        except CheckSkipped as exc:
-            outcome, reason = "skipped", str(exc)
-        cases.append(CaseResult(item, outcome, time.monotonic() - start, reason))
-        ctx.update(number + 1, len(options.items), sum(c.outcome == "passed" for c in cases))
+    cases = ctx.run_cases(
+        [(item, partial(ITEMS[item], ctx, spec, options)) for item in options.items]
+    )
     failed = [c for c in cases if c.outcome == "failed"]
     if len(cases) == 1:
         only = cases[0]

@@ -9,13 +9,13 @@ suite (or the check) says the engine is deterministic must the texts be byte-equ
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from ..answers import Answer, checked_calls, stream_answer
 from ..context import SEA_PROMPT, RunContext
-from ..results import CaseResult, CheckFailed, Verdict
+from ..results import CheckFailed, Verdict
 from ..suite import CheckSpec, read_cases
 
 # The tool-call pair asks the default suite's tool-call case.
@@ -47,15 +47,9 @@ def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
             tool_choice="auto",
         )
         pairs.append(("tools", body))
-    cases = []
-    for number, (name, body) in enumerate(pairs, 1):
-        start = time.monotonic()
-        try:
-            reason = compare_pair(ctx, name, body, deterministic)
-            cases.append(CaseResult(name, "passed", time.monotonic() - start, reason))
-        except CheckFailed as exc:
-            cases.append(CaseResult(name, "failed", time.monotonic() - start, str(exc)))
-        ctx.update(number, len(pairs), sum(c.outcome == "passed" for c in cases))
+    cases = ctx.run_cases(
+        [(name, partial(compare_pair, ctx, name, body, deterministic)) for name, body in pairs]
+    )
     mode = "byte-equal" if deterministic else "structurally equal"
     return Verdict.of_cases(cases, prefix=f"stream and unary {mode}: ")
 

@@ -6,13 +6,13 @@ Each half is judged on a unary and a streamed answer, with no comparison between
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..answers import Answer, chat_answer
 from ..context import SEA_PROMPT, RunContext
-from ..results import CaseResult, CheckFailed, Verdict
+from ..results import CheckFailed, Verdict
 from ..suite import CheckSpec
 
 
@@ -35,21 +35,18 @@ def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
     if options.disabled_body is not None:
         halves.append(("disabled", options.disabled_body, False))
     sides = ["unary", "stream"] if options.stream else ["unary"]
-    total = len(halves) * len(sides)
-    cases: list[CaseResult] = []
+
+    def case(body: dict[str, Any], side: str, thinking: bool, name: str) -> str:
+        answer = chat_answer(ctx.client, body, side == "stream", name)
+        return judge(answer, thinking, options.leak_markers, name)
+
+    cases = []
     for half, extra, thinking in halves:
         body = ctx.request(spec, messages=messages) | extra
         for side in sides:
             name = f"{half}/{side}"
-            start = time.monotonic()
-            try:
-                answer = chat_answer(ctx.client, body, side == "stream", name)
-                reason = judge(answer, thinking, options.leak_markers, name)
-                cases.append(CaseResult(name, "passed", time.monotonic() - start, reason))
-            except CheckFailed as exc:
-                cases.append(CaseResult(name, "failed", time.monotonic() - start, str(exc)))
-            ctx.update(len(cases), total, sum(c.outcome == "passed" for c in cases))
-    return Verdict.of_cases(cases)
+            cases.append((name, partial(case, body, side, thinking, name)))
+    return Verdict.of_cases(ctx.run_cases(cases))
 
 
 def judge(answer: Answer, thinking: bool, leak_markers: list[str], what: str) -> str:

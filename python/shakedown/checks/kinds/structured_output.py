@@ -3,15 +3,15 @@ schema when one is given (``json_schema``). An engine without guided decoding fa
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import orjson
 
 from ..answers import Answer, chat_answer
 from ..context import RunContext
-from ..results import CaseResult, CheckFailed, Verdict
+from ..results import CheckFailed, Verdict
 from ..schema import schema_problem
 from ..suite import CheckSpec
 
@@ -59,8 +59,12 @@ def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
     options: Options = spec.options
     messages = options.messages or [{"role": "user", "content": CITY_PROMPT}]
     sides = ["unary", "stream"] if options.stream else ["unary"]
-    total = len(options.modes) * len(sides)
-    cases: list[CaseResult] = []
+
+    def case(body: dict[str, Any], side: str, mode: str, name: str) -> str:
+        answer = chat_answer(ctx.client, body, side == "stream", name)
+        return judge(answer, mode, options.schema, name)
+
+    cases = []
     for mode in options.modes:
         body = ctx.request(
             spec,
@@ -70,15 +74,8 @@ def run(ctx: RunContext, spec: CheckSpec) -> Verdict:
         )
         for side in sides:
             name = f"{mode}/{side}"
-            start = time.monotonic()
-            try:
-                answer = chat_answer(ctx.client, body, side == "stream", name)
-                reason = judge(answer, mode, options.schema, name)
-                cases.append(CaseResult(name, "passed", time.monotonic() - start, reason))
-            except CheckFailed as exc:
-                cases.append(CaseResult(name, "failed", time.monotonic() - start, str(exc)))
-            ctx.update(len(cases), total, sum(c.outcome == "passed" for c in cases))
-    return Verdict.of_cases(cases)
+            cases.append((name, partial(case, body, side, mode, name)))
+    return Verdict.of_cases(ctx.run_cases(cases))
 
 
 def judge(answer: Answer, mode: str, schema: dict[str, Any], what: str) -> str:
