@@ -314,6 +314,63 @@ mod tests {
         assert_eq!(&out.content[out.calls_at..], "after");
     }
 
+    fn sink(dialect: Dialect, space: SpaceBeforeCalls) -> CallSink {
+        let tools = Tools::from_json(br#"[{"type": "function", "function": {"name": "f"}}]"#);
+        CallSink::with_dialect(false, dialect, space, Arc::new(tools.unwrap()))
+    }
+
+    fn call(sink: &mut CallSink, name: &str) {
+        sink.begin_call(name, None);
+        sink.arguments("{}");
+        sink.end_call();
+    }
+
+    #[test]
+    fn blank_content_before_a_call_is_dropped_but_text_keeps_its_space() {
+        let mut s = sink(Dialect::Vllm, SpaceBeforeCalls::BlankDropped);
+        s.content("\n");
+        call(&mut s, "f");
+        s.content(" \n");
+        call(&mut s, "f");
+        s.content("Done.\n");
+        call(&mut s, "f");
+        s.content("\n");
+        s.finish();
+        let mut out = Delta::default();
+        s.drain_into(&mut out);
+        assert_eq!(out.content, "Done.\n\n");
+        assert_eq!(out.calls.len(), 3);
+    }
+
+    #[test]
+    fn trimmed_content_loses_its_trailing_space_before_a_call() {
+        let mut s = sink(Dialect::Sglang, SpaceBeforeCalls::Trimmed);
+        s.content("Sure. ");
+        s.content("\n\n");
+        call(&mut s, "f");
+        let mut out = Delta::default();
+        s.drain_into(&mut out);
+        assert_eq!(out.content, "Sure.");
+        assert_eq!(out.calls_at, 5);
+    }
+
+    #[test]
+    fn sglang_drops_calls_to_undeclared_tools() {
+        let mut s = sink(Dialect::Sglang, SpaceBeforeCalls::Kept);
+        call(&mut s, "launch");
+        call(&mut s, "f");
+        let mut out = Delta::default();
+        s.drain_into(&mut out);
+        assert_eq!(out.calls.len(), 1);
+        assert_eq!(out.calls[0].index, 0);
+        assert_eq!(out.calls[0].name.as_deref(), Some("f"));
+        assert_eq!(s.errors().len(), 1);
+        let mut vllm = sink(Dialect::Vllm, SpaceBeforeCalls::Kept);
+        call(&mut vllm, "launch");
+        vllm.drain_into(&mut out);
+        assert_eq!(out.calls.len(), 2);
+    }
+
     #[test]
     fn ids_have_dynamo_form() {
         let id = new_call_id();

@@ -55,7 +55,8 @@ _DIALECT = _dialect()
 
 
 # The last tool list converted, with its JSON: vLLM builds a request's parsers more than once
-# from the same list. Held by the list itself (a strong reference), compared by identity.
+# from the same list. The entry holds the list itself (so its id is not reused), compared by
+# identity.
 _last_tools: tuple[Any, str | None] = (None, None)
 
 
@@ -63,23 +64,33 @@ def _tools_json(tools: Sequence[Any] | None) -> str | None:
     """The request's tools as the JSON text shakedown's parsers take. shakedown reads each
     distinct text once and keeps it (keyed by the text itself), so a server whose requests
     declare the same tools pays for reading their schemas once; here each list is written
-    once, by pydantic's own serializer."""
+    once."""
     global _last_tools
     if not tools:
         return None
     held, text = _last_tools
     if held is tools:
         return text
-    text = "[{}]".format(
-        ",".join(
-            t.model_dump_json(exclude_none=True)
-            if hasattr(t, "model_dump_json")
-            else json.dumps(dict(t))
-            for t in tools
-        )
-    )
+    text = json.dumps([_tool_dict(t) for t in tools])
     _last_tools = (tools, text)
     return text
+
+
+def _tool_dict(tool: Any) -> dict[str, Any]:
+    """One tool as a plain dict. vLLM's tool model is read field by field: its pydantic
+    serializer costs more than the whole parse of a short reply."""
+    function = getattr(tool, "function", None)
+    if function is None or not hasattr(function, "name"):
+        return tool.model_dump(exclude_none=True) if hasattr(tool, "model_dump") else dict(tool)
+    fields = {
+        "name": function.name,
+        "description": getattr(function, "description", None),
+        "parameters": getattr(function, "parameters", None),
+    }
+    return {
+        "type": getattr(tool, "type", "function"),
+        "function": {k: v for k, v in fields.items() if v is not None},
+    }
 
 
 def _delta_message(delta: Delta) -> Any:
