@@ -17,6 +17,7 @@ import shakedown
 from parser_cases import CASES, Case, policy, policy_table, tools_of
 from shakedown.parsers import (
     ChatParser,
+    InvalidToolsError,
     ReasoningParser,
     ToolCallParser,
     parse,
@@ -237,6 +238,7 @@ def malformed_output(
         "tool_call": tool_call,
         "tools": declared if rng.random() < 0.5 else None,
         "in_reasoning": rng.choice([None, True, False]),
+        "dialect": rng.choice(["dynamo", "vllm", "sglang"]),
     }
     return options, text
 
@@ -394,3 +396,16 @@ def test_malformed_output_gives_the_recorded_answer(case: dict[str, Any]) -> Non
 def test_malformed_output_table_in_the_docs_is_the_recorded_one() -> None:
     docs = Path(__file__).parent.parent / "docs" / "parsers.md"
     assert policy_table() in docs.read_text(encoding="utf-8")
+
+
+def test_tools_as_json_text_read_as_the_list() -> None:
+    tools = tools_of("qwen3_coder")
+    text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    as_list = parse(text, tool_call="qwen3_coder", tools=tools)
+    for _ in range(2):  # the second reads the cached tools
+        as_text = parse(text, tool_call="qwen3_coder", tools=json.dumps(tools))
+        assert [(c.name, c.arguments) for c in as_text.tool_calls] == [
+            (c.name, c.arguments) for c in as_list.tool_calls
+        ]
+    with pytest.raises(InvalidToolsError):
+        parse(text, tool_call="qwen3_coder", tools="[{")

@@ -306,3 +306,66 @@ def test_check_runner_as_the_gate_passes_on_the_real_endpoint(tmp_path: Path) ->
         assert f"] {check}" in gate["log_tail"], gate["log_tail"]
     assert "9 passed, 0 failed" in gate["log_tail"]
     assert (tmp_path / "report.xml").read_text().startswith("<?xml")
+
+
+DIALECT_REPLY = (
+    "<think>Two calls.</think>\n"
+    '<tool_call>{"name": "launch", "arguments": {}}</tool_call>\n'
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call><EOS>'
+)
+
+
+@pytest.mark.parametrize(
+    ("dialect", "content", "names"),
+    [
+        # Dynamo keeps the whitespace between calls and hands out the undeclared call.
+        ("dynamo", "\n\n", ["launch", "get_weather"]),
+        # vLLM: whitespace-only content beside calls is none.
+        ("vllm", None, ["launch", "get_weather"]),
+        # SGLang: a call to a tool the request did not declare is dropped.
+        ("sglang", "\n\n", ["get_weather"]),
+    ],
+)
+def test_parser_dialect_reaches_the_endpoint(
+    tmp_path: Path, dialect: str, content: str | None, names: list[str]
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"tool": [DIALECT_REPLY]}))
+    with serve("--script", str(script), "--parser-dialect", dialect) as (proc, url):
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        whole = (
+            client.chat.completions.create(
+                model="tiny",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                tools=TOOLS,  # type: ignore[arg-type]
+                max_tokens=96,
+            )
+            .choices[0]
+            .message
+        )
+        assert whole.reasoning_content == "Two calls."  # type: ignore[attr-defined]
+        assert whole.content == content
+        assert [c.function.name for c in whole.tool_calls or []] == names
+        streamed_content, streamed_names = "", []
+        for chunk in client.chat.completions.create(
+            model="tiny",
+            messages=MESSAGES,  # type: ignore[arg-type]
+            tools=TOOLS,  # type: ignore[arg-type]
+            max_tokens=96,
+            stream=True,
+        ):
+            for choice in chunk.choices:
+                streamed_content += choice.delta.content or ""
+                streamed_names += [
+                    c.function.name
+                    for c in choice.delta.tool_calls or []
+                    if c.function and c.function.name
+                ]
+        assert streamed_content == (content or "")
+        assert streamed_names == names
+        stop(proc, signal.SIGTERM)
+
+
+def test_an_unknown_parser_dialect_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--parser-dialect", "tgi"])

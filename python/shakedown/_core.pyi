@@ -56,7 +56,7 @@ class ToolCallParser:
         cls,
         name: str,
         *,
-        tools: list[dict[str, Any]] | None = None,
+        tools: str | list[dict[str, Any]] | None = None,
         stream_arguments: bool = True,
         dialect: str = "dynamo",
     ) -> ToolCallParser: ...
@@ -72,7 +72,7 @@ class ChatParser:
         *,
         reasoning: str | None = None,
         tool_call: str | None = None,
-        tools: list[dict[str, Any]] | None = None,
+        tools: str | list[dict[str, Any]] | None = None,
         stream_arguments: bool = True,
         in_reasoning: bool | None = None,
         thinking: bool | None = None,
@@ -112,7 +112,7 @@ def parse(
     *,
     reasoning: str | None = None,
     tool_call: str | None = None,
-    tools: list[dict[str, Any]] | None = None,
+    tools: str | list[dict[str, Any]] | None = None,
     in_reasoning: bool | None = None,
     thinking: bool | None = None,
     force_reasoning: bool = False,
@@ -132,6 +132,7 @@ class Pipeline:
         reasoning_parser: str | None = None,
         tool_call_parser: str | None = None,
         context_length: int | None = None,
+        parser_dialect: str = "dynamo",
     ) -> Pipeline: ...
     @property
     def served_name(self) -> str: ...
@@ -141,6 +142,8 @@ class Pipeline:
     def reasoning_parser(self) -> str | None: ...
     @property
     def tool_call_parser(self) -> str | None: ...
+    @property
+    def parser_dialect(self) -> str: ...
     @property
     def folds_reasoning(self) -> bool: ...
     @property

@@ -77,6 +77,13 @@ def add_serve(commands: Any) -> None:
     serve.add_argument("--reasoning-parser", help="reasoning parser (tiny model: deepseek_r1)")
     serve.add_argument("--tool-call-parser", help="tool-call parser (tiny model: hermes)")
     serve.add_argument(
+        "--parser-dialect",
+        choices=("dynamo", "vllm", "sglang"),
+        default="dynamo",
+        help="read replies as this server's parsers do where they differ (default: dynamo; "
+        "docs/parsers.md, Dialects)",
+    )
+    serve.add_argument(
         "--engine",
         default="mocker",
         help="`mocker` or MODULE:ATTR naming a generate(request, context) function or an "
@@ -171,6 +178,7 @@ def run_serve(args: argparse.Namespace) -> int:
         served_name=args.model_name or (TINY_NAME if tiny else model_dir.resolve().name),
         reasoning_parser=args.reasoning_parser or reasoning,
         tool_call_parser=args.tool_call_parser or tools,
+        parser_dialect=args.parser_dialect,
     )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -17,7 +17,10 @@ reasoning off).
 
 ``dialect="dynamo"`` (the default), ``"vllm"`` or ``"sglang"`` reproduces that server
 where they read the same output differently: tool-call ids, values no schema types,
-and whether a request can switch reasoning parsing off (docs/parsers.md, Dialects).
+whether a request can switch reasoning parsing off, whitespace-only content before
+calls, calls to undeclared tools, whether unmarked output starts inside reasoning
+(docs/parsers.md, Dialects). ``tools`` may also be given as JSON text: each distinct
+text is read once.
 """
 
 from shakedown._core import (

@@ -2,11 +2,11 @@
 //! Fields are converted on access, so a feed that releases nothing costs one
 //! allocation.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyString};
 
 use super::detach_if_large;
 use super::errors::InvalidTools;
@@ -89,10 +89,16 @@ impl Delta {
     }
 }
 
+/// Tools as JSON text (a `str`) or as the objects `json.dumps` takes. The text is the
+/// cache key: a caller that passes the same tools on every reply as one string (the vLLM
+/// plugin) has them read once, not per reply.
 fn tools_from_py(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<Tools>> {
     let Some(tools) = tools.filter(|t| !t.is_none()) else {
         return Ok(Arc::default());
     };
+    if let Ok(text) = tools.cast::<PyString>() {
+        return tools_from_text(text.to_str()?);
+    }
     let text: String = py
         .import("json")?
         .call_method1("dumps", (tools,))?
@@ -100,6 +106,26 @@ fn tools_from_py(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<A
     Ok(Arc::new(
         Tools::from_json(text.as_bytes()).map_err(InvalidTools)?,
     ))
+}
+
+/// The last few tool lists given as text, read once each.
+static TOOLS_BY_TEXT: Mutex<Vec<(String, Arc<Tools>)>> = Mutex::new(Vec::new());
+const TOOLS_CACHED: usize = 16;
+
+fn tools_from_text(text: &str) -> PyResult<Arc<Tools>> {
+    let mut cache = TOOLS_BY_TEXT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(at) = cache.iter().position(|(key, _)| key == text) {
+        let hit = cache.remove(at);
+        let tools = hit.1.clone();
+        cache.push(hit);
+        return Ok(tools);
+    }
+    let tools = Arc::new(Tools::from_json(text.as_bytes()).map_err(InvalidTools)?);
+    if cache.len() == TOOLS_CACHED {
+        cache.remove(0);
+    }
+    cache.push((text.to_owned(), tools.clone()));
+    Ok(tools)
 }
 
 fn parse_errors<'py>(

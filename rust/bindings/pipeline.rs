@@ -6,11 +6,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
 use super::detach_if_large;
 use super::errors::{request_error, tokenizer_error};
+use crate::parsers::dialect::{Dialect, UnknownDialect};
 use crate::pipeline::error::{is_json_content_type, HttpError};
 use crate::pipeline::frames::batch_frames;
 use crate::pipeline::model::ModelCard;
@@ -34,7 +36,8 @@ pub struct Pipeline {
 #[pymethods]
 impl Pipeline {
     #[new]
-    #[pyo3(signature = (model_dir, *, served_name=None, reasoning_parser=None, tool_call_parser=None, context_length=None))]
+    #[pyo3(signature = (model_dir, *, served_name=None, reasoning_parser=None, tool_call_parser=None, context_length=None, parser_dialect="dynamo"))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         model_dir: PathBuf,
@@ -42,7 +45,11 @@ impl Pipeline {
         reasoning_parser: Option<&str>,
         tool_call_parser: Option<&str>,
         context_length: Option<u32>,
+        parser_dialect: &str,
     ) -> PyResult<Self> {
+        let dialect: Dialect = parser_dialect
+            .parse()
+            .map_err(|e: UnknownDialect| PyValueError::new_err(e.to_string()))?;
         // Reading the tokenizer and compiling the template take a while: let other
         // threads run meanwhile.
         let preprocessor = py.detach(|| {
@@ -51,6 +58,7 @@ impl Pipeline {
             if let Some(n) = context_length {
                 card = card.with_context_length(n);
             }
+            card = card.with_parser_dialect(dialect);
             Preprocessor::new(card)
         })?;
         Ok(Self {
@@ -77,6 +85,11 @@ impl Pipeline {
     #[getter]
     fn tool_call_parser(&self) -> Option<&str> {
         self.preprocessor.card().tool_call_parser.map(|f| f.name())
+    }
+
+    #[getter]
+    fn parser_dialect(&self) -> &'static str {
+        self.preprocessor.card().parser_dialect.name()
     }
 
     /// True when the chat template does not read `reasoning_content`, so an assistant's

@@ -2,8 +2,10 @@
 //! every format shares: indices, ids, whole-call versus streamed arguments, and
 //! malformed calls recorded as state instead of raised.
 
-use super::dialect::Dialect;
-use super::{CallDelta, Delta};
+use std::sync::Arc;
+
+use super::dialect::{Dialect, SpaceBeforeCalls};
+use super::{CallDelta, Delta, Tools};
 
 /// Why a call (or a stretch of text) was not handed out as a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,15 +22,25 @@ struct OpenCall {
     name: String,
     /// Arguments gathered so far; used only when arguments are not streamed.
     arguments: String,
+    /// A call to an undeclared tool in a dialect that drops it: nothing is released.
+    undeclared: bool,
 }
 
 /// Collects content and call deltas from a tool parser.
 #[derive(Debug)]
 pub struct CallSink {
     stream_arguments: bool,
-    /// Whose id form new calls get.
+    /// Whose id form new calls get, and whose rules for text beside calls.
     dialect: Dialect,
+    /// The request's tools, for dialects that drop calls to undeclared ones.
+    tools: Arc<Tools>,
+    space_before_calls: SpaceBeforeCalls,
+    /// Content other than whitespace since the last call (or the start).
+    text_since_call: bool,
     content: String,
+    /// Trailing whitespace of the content, held while a call may follow (dialects that
+    /// trim around calls): dropped if one does, released before any other text.
+    held_space: String,
     calls: Vec<CallDelta>,
     /// Length of `content` when the first of `calls` was released.
     calls_at: usize,
@@ -45,15 +57,30 @@ pub fn new_call_id() -> String {
 impl CallSink {
     /// With `stream_arguments` false, each call is released whole once it ends.
     pub fn new(stream_arguments: bool) -> Self {
-        Self::with_dialect(stream_arguments, Dialect::Dynamo)
+        Self::with_dialect(
+            stream_arguments,
+            Dialect::Dynamo,
+            SpaceBeforeCalls::Kept,
+            Arc::default(),
+        )
     }
 
-    /// Like [`CallSink::new`], with ids in `dialect`'s form.
-    pub fn with_dialect(stream_arguments: bool, dialect: Dialect) -> Self {
+    /// Like [`CallSink::new`], following `dialect` for ids, whitespace beside calls
+    /// and calls to tools missing from `tools`.
+    pub fn with_dialect(
+        stream_arguments: bool,
+        dialect: Dialect,
+        space_before_calls: SpaceBeforeCalls,
+        tools: Arc<Tools>,
+    ) -> Self {
         Self {
             stream_arguments,
             dialect,
+            tools,
+            space_before_calls,
+            text_since_call: false,
             content: String::new(),
+            held_space: String::new(),
             calls: Vec::new(),
             calls_at: 0,
             open: None,
@@ -63,7 +90,26 @@ impl CallSink {
     }
 
     pub fn content(&mut self, text: &str) {
-        self.content.push_str(text);
+        if self.space_before_calls == SpaceBeforeCalls::Kept {
+            self.content.push_str(text);
+            return;
+        }
+        let body = text.trim_end();
+        if body.is_empty() {
+            self.held_space.push_str(text);
+            return;
+        }
+        self.content.push_str(&self.held_space);
+        self.held_space.clear();
+        self.text_since_call = true;
+        self.content.push_str(body);
+        self.held_space.push_str(&text[body.len()..]);
+    }
+
+    /// End of output: whitespace held for a call that never came is content after all.
+    pub fn finish(&mut self) {
+        self.content.push_str(&self.held_space);
+        self.held_space.clear();
     }
 
     fn release(&mut self, call: CallDelta) {
@@ -77,6 +123,28 @@ impl CallSink {
     pub fn begin_call(&mut self, name: &str, id: Option<String>) {
         if self.open.is_some() {
             self.drop_call("a new call began before the previous one ended");
+        }
+        if self.text_since_call && self.space_before_calls == SpaceBeforeCalls::BlankDropped {
+            self.content.push_str(&self.held_space);
+        }
+        self.held_space.clear();
+        self.text_since_call = false;
+        let undeclared = self.dialect.drops_undeclared_tools()
+            && !self.tools.is_empty()
+            && self.tools.get(name).is_none();
+        if undeclared {
+            self.errors.push(ParseError {
+                index: None,
+                message: format!("tool call `{name}`: the request declares no such tool"),
+            });
+            self.open = Some(OpenCall {
+                index: self.next_index,
+                id: String::new(),
+                name: name.to_owned(),
+                arguments: String::new(),
+                undeclared,
+            });
+            return;
         }
         let index = self.next_index;
         self.next_index += 1;
@@ -94,6 +162,7 @@ impl CallSink {
             id,
             name: name.to_owned(),
             arguments: String::new(),
+            undeclared,
         });
     }
 
@@ -105,6 +174,9 @@ impl CallSink {
         let Some(open) = self.open.as_mut() else {
             return;
         };
+        if open.undeclared {
+            return;
+        }
         if !self.stream_arguments {
             open.arguments.push_str(fragment);
             return;
@@ -128,7 +200,7 @@ impl CallSink {
         let Some(open) = self.open.take() else {
             return;
         };
-        if !self.stream_arguments {
+        if !self.stream_arguments && !open.undeclared {
             self.release(CallDelta {
                 index: open.index,
                 id: Some(open.id),
@@ -145,6 +217,9 @@ impl CallSink {
         let Some(open) = self.open.take() else {
             return;
         };
+        if open.undeclared {
+            return;
+        }
         if !self.stream_arguments {
             self.next_index = open.index;
         }
@@ -237,6 +312,63 @@ mod tests {
         sink.drain_into(&mut out);
         assert_eq!(&out.content[..out.calls_at], "earlier before ");
         assert_eq!(&out.content[out.calls_at..], "after");
+    }
+
+    fn sink(dialect: Dialect, space: SpaceBeforeCalls) -> CallSink {
+        let tools = Tools::from_json(br#"[{"type": "function", "function": {"name": "f"}}]"#);
+        CallSink::with_dialect(false, dialect, space, Arc::new(tools.unwrap()))
+    }
+
+    fn call(sink: &mut CallSink, name: &str) {
+        sink.begin_call(name, None);
+        sink.arguments("{}");
+        sink.end_call();
+    }
+
+    #[test]
+    fn blank_content_before_a_call_is_dropped_but_text_keeps_its_space() {
+        let mut s = sink(Dialect::Vllm, SpaceBeforeCalls::BlankDropped);
+        s.content("\n");
+        call(&mut s, "f");
+        s.content(" \n");
+        call(&mut s, "f");
+        s.content("Done.\n");
+        call(&mut s, "f");
+        s.content("\n");
+        s.finish();
+        let mut out = Delta::default();
+        s.drain_into(&mut out);
+        assert_eq!(out.content, "Done.\n\n");
+        assert_eq!(out.calls.len(), 3);
+    }
+
+    #[test]
+    fn trimmed_content_loses_its_trailing_space_before_a_call() {
+        let mut s = sink(Dialect::Sglang, SpaceBeforeCalls::Trimmed);
+        s.content("Sure. ");
+        s.content("\n\n");
+        call(&mut s, "f");
+        let mut out = Delta::default();
+        s.drain_into(&mut out);
+        assert_eq!(out.content, "Sure.");
+        assert_eq!(out.calls_at, 5);
+    }
+
+    #[test]
+    fn sglang_drops_calls_to_undeclared_tools() {
+        let mut s = sink(Dialect::Sglang, SpaceBeforeCalls::Kept);
+        call(&mut s, "launch");
+        call(&mut s, "f");
+        let mut out = Delta::default();
+        s.drain_into(&mut out);
+        assert_eq!(out.calls.len(), 1);
+        assert_eq!(out.calls[0].index, 0);
+        assert_eq!(out.calls[0].name.as_deref(), Some("f"));
+        assert_eq!(s.errors().len(), 1);
+        let mut vllm = sink(Dialect::Vllm, SpaceBeforeCalls::Kept);
+        call(&mut vllm, "launch");
+        vllm.drain_into(&mut out);
+        assert_eq!(out.calls.len(), 2);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::dialect::Dialect;
+use super::dialect::{Dialect, SpaceBeforeCalls};
 use super::options::{empty_content_gets_reasoning, reasoning_off};
 use super::registry::{ReasoningFamily, ToolCallFamily, UnknownParser};
 use super::{CallSink, Delta, Message, ParseError, ReasoningParse, ToolParse, Tools};
@@ -120,7 +120,10 @@ impl ChatParser {
             };
             family.build(schema_tools)
         });
-        let exit_markers = tools.as_ref().map_or(&[][..], |t| t.start_markers());
+        let exit_markers = match (&tools, spec.reasoning) {
+            (Some(t), Some(r)) if dialect.call_ends_reasoning(r.name()) => t.start_markers(),
+            _ => &[][..],
+        };
         let (thinking, nonempty) = (spec.thinking, spec.force_nonempty_content);
         let family = spec
             .reasoning
@@ -135,13 +138,21 @@ impl ChatParser {
             // Thinking off: the template did not open reasoning.
             let in_reasoning = spec
                 .in_reasoning
-                .or((thinking == Some(false)).then_some(false));
+                .or((thinking == Some(false)).then_some(false))
+                .or(dialect.starts_in_reasoning(family.name()));
             family.build(in_reasoning, exit_markers, spec.reference_streaming)
         });
         Self {
             reasoning,
             tools,
-            sink: CallSink::with_dialect(spec.stream_arguments, dialect),
+            sink: CallSink::with_dialect(
+                spec.stream_arguments,
+                dialect,
+                spec.tool_call.map_or(SpaceBeforeCalls::Kept, |f| {
+                    dialect.space_before_calls(f.name())
+                }),
+                spec.tools.clone(),
+            ),
             staged: Delta::default(),
             fallback,
             answered: false,
@@ -190,6 +201,7 @@ impl ChatParser {
         if let Some(tools) = self.tools.as_mut() {
             let (content_at, calls_at) = (out.content.len(), out.calls.len());
             tools.finish(&mut self.sink);
+            self.sink.finish();
             self.sink.drain_into(out);
             self.note_answer(out, content_at, calls_at);
         }

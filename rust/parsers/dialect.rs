@@ -56,6 +56,57 @@ impl Dialect {
     pub fn gates_reasoning(self) -> bool {
         self == Dialect::Dynamo
     }
+
+    /// Whether output that opens with no reasoning marker starts inside reasoning, where
+    /// this server's parser for the family decides otherwise than Dynamo's (`None`: the
+    /// family's own default). vLLM's Qwen3, GLM-4.5 and Seed-OSS parsers read unmarked
+    /// output as reasoning (up to a tool call); vLLM's and SGLang's Mistral parsers, and
+    /// SGLang's Kimi K2 and Nemotron 3 detectors, read it as content.
+    pub fn starts_in_reasoning(self, family: &str) -> Option<bool> {
+        match (self, family) {
+            (Dialect::Vllm, "qwen3" | "glm45" | "seed_oss") => Some(true),
+            (Dialect::Vllm | Dialect::Sglang, "mistral") => Some(false),
+            (Dialect::Sglang, "kimi_k2" | "nemotron_v3") => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Whether a tool call's start marker ends reasoning that never closed. vLLM and
+    /// SGLang run their reasoning parser first and apart, so for a family whose reasoning
+    /// parser does not itself know the call marker the call stays reasoning.
+    pub fn call_ends_reasoning(self, family: &str) -> bool {
+        !matches!((self, family), (Dialect::Vllm | Dialect::Sglang, "step3"))
+    }
+
+    /// What becomes of whitespace right before a tool call, for a tool-call family.
+    /// vLLM never hands out whitespace-only content beside calls; SGLang keeps content
+    /// as written, but its DeepSeek V3.2 detector cuts the content before the DSML block
+    /// at its trailing whitespace.
+    pub fn space_before_calls(self, family: &str) -> SpaceBeforeCalls {
+        match (self, family) {
+            (Dialect::Vllm, _) => SpaceBeforeCalls::BlankDropped,
+            (Dialect::Sglang, "deepseek_v3_2") => SpaceBeforeCalls::Trimmed,
+            _ => SpaceBeforeCalls::Kept,
+        }
+    }
+
+    /// Whether a call to a tool the request did not declare is dropped (with its text).
+    /// SGLang drops it; Dynamo and vLLM hand it out.
+    pub fn drops_undeclared_tools(self) -> bool {
+        self == Dialect::Sglang
+    }
+}
+
+/// Whitespace right before a tool call (after the previous call, reasoning or text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpaceBeforeCalls {
+    /// Content as written (Dynamo).
+    Kept,
+    /// Whitespace-only content before a call (between calls, after reasoning) is
+    /// dropped; text's own trailing whitespace stays.
+    BlankDropped,
+    /// The trailing whitespace of any content before a call is dropped.
+    Trimmed,
 }
 
 impl fmt::Display for Dialect {

@@ -9,6 +9,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
 
+use crate::parsers::dialect::Dialect;
 use crate::parsers::{ReasoningFamily, ToolCallFamily, UnknownParser};
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,8 @@ pub struct ModelCard {
     /// Parser families, resolved once; `None` when off.
     pub reasoning_parser: Option<ReasoningFamily>,
     pub tool_call_parser: Option<ToolCallFamily>,
+    /// Whose reading of the output the parsers follow (Dynamo's unless the worker asks).
+    pub parser_dialect: Dialect,
     /// From generation_config.json (else config.json, else the tokenizer's eos token).
     pub eos_token_ids: Vec<u32>,
     pub bos_token: Option<String>,
@@ -258,6 +261,7 @@ impl ModelCard {
             context_length,
             reasoning_parser,
             tool_call_parser,
+            parser_dialect: Dialect::Dynamo,
             eos_token_ids,
             bos_token,
             eos_token,
@@ -274,6 +278,12 @@ impl ModelCard {
     /// reference mocker advertises 0, which `/v1/models` then reports).
     pub fn with_context_length(mut self, context_length: u32) -> Self {
         self.context_length = context_length;
+        self
+    }
+
+    /// Parse replies as `dialect`'s server does (`shakedown serve --parser-dialect`).
+    pub fn with_parser_dialect(mut self, dialect: Dialect) -> Self {
+        self.parser_dialect = dialect;
         self
     }
 

@@ -229,9 +229,10 @@ impl Preprocessor {
             in_reasoning,
             thinking: reasoning.and_then(|f| thinking_from_args(f.switch(), template_args)),
             force_nonempty_content: force_nonempty_content_from_args(template_args),
-            // The pipeline is Dynamo's.
-            dialect: Dialect::Dynamo,
-            reference_streaming: true,
+            // Dynamo's unless the worker asked for another server's reading; Dynamo's
+            // streaming quirks only in Dynamo's.
+            dialect: self.card.parser_dialect,
+            reference_streaming: self.card.parser_dialect == Dialect::Dynamo,
         };
         // Switched off, no reasoning parser runs: no `reasoning_tokens` either.
         parsers.reasoning = parsers.active_reasoning();

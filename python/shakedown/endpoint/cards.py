@@ -36,6 +36,8 @@ class ModelCard:
     endpoint: str = DEFAULT_ENDPOINT
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
+    # Whose reading of replies the parsers follow: "dynamo", "vllm" or "sglang".
+    parser_dialect: str = "dynamo"
 
     @property
     def name(self) -> str:

@@ -69,6 +69,7 @@ def build_pipeline(card: ModelCard) -> Pipeline:
         served_name=card.served_name,
         reasoning_parser=card.reasoning_parser,
         tool_call_parser=card.tool_call_parser,
+        parser_dialect=card.parser_dialect,
     )
 
 

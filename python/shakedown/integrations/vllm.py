@@ -19,6 +19,7 @@ text held back at a possible marker is released instead of lost.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -53,10 +54,43 @@ def _dialect() -> dict[str, Any]:
 _DIALECT = _dialect()
 
 
-def _tool_dicts(tools: Iterable[Any] | None) -> list[dict[str, Any]] | None:
+# The last tool list converted, with its JSON: vLLM builds a request's parsers more than once
+# from the same list. The entry holds the list itself (so its id is not reused), compared by
+# identity.
+_last_tools: tuple[Any, str | None] = (None, None)
+
+
+def _tools_json(tools: Sequence[Any] | None) -> str | None:
+    """The request's tools as the JSON text shakedown's parsers take. shakedown reads each
+    distinct text once and keeps it (keyed by the text itself), so a server whose requests
+    declare the same tools pays for reading their schemas once; here each list is written
+    once."""
+    global _last_tools
     if not tools:
         return None
-    return [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else dict(t) for t in tools]
+    held, text = _last_tools
+    if held is tools:
+        return text
+    text = json.dumps([_tool_dict(t) for t in tools])
+    _last_tools = (tools, text)
+    return text
+
+
+def _tool_dict(tool: Any) -> dict[str, Any]:
+    """One tool as a plain dict. vLLM's tool model is read field by field: its pydantic
+    serializer costs more than the whole parse of a short reply."""
+    function = getattr(tool, "function", None)
+    if function is None or not hasattr(function, "name"):
+        return tool.model_dump(exclude_none=True) if hasattr(tool, "model_dump") else dict(tool)
+    fields = {
+        "name": function.name,
+        "description": getattr(function, "description", None),
+        "parameters": getattr(function, "parameters", None),
+    }
+    return {
+        "type": getattr(tool, "type", "function"),
+        "function": {k: v for k, v in fields.items() if v is not None},
+    }
 
 
 def _delta_message(delta: Delta) -> Any:
@@ -85,11 +119,20 @@ class ShakedownToolParser(_ToolParserBase):  # type: ignore[misc]
 
     def __init__(self, tokenizer: Any, tools: list[Any] | None = None) -> None:
         super().__init__(tokenizer, tools)
-        self._tools = _tool_dicts(tools)
+        self._declared = tools
+        self._tools = _tools_json(tools)
         self._stream: ToolCallParser | None = None
 
+    def _request_tools(self, request: Any) -> str | None:
+        """The request's tools as JSON; vLLM hands the constructor the request's own list,
+        converted once there."""
+        tools = getattr(request, "tools", None)
+        if not tools or tools is self._declared:
+            return self._tools
+        return _tools_json(tools)
+
     def extract_tool_calls(self, model_output: str, request: Any) -> Any:
-        tools = _tool_dicts(getattr(request, "tools", None)) or self._tools
+        tools = self._request_tools(request)
         message = parse(model_output, tool_call=self.family, tools=tools, **_DIALECT)
         calls = [
             _protocol.ToolCall(
@@ -104,7 +147,7 @@ class ShakedownToolParser(_ToolParserBase):  # type: ignore[misc]
 
     def _parser(self, request: Any) -> ToolCallParser:
         if self._stream is None:
-            tools = _tool_dicts(getattr(request, "tools", None)) or self._tools
+            tools = self._request_tools(request)
             self._stream = ToolCallParser(self.family, tools=tools, **_DIALECT)
         return self._stream
 
