@@ -220,7 +220,8 @@ impl ToolJail {
         Some(self.parse(&held))
     }
 
-    /// The jail ends at the first end marker, or where a whole parse finds calls.
+    /// The jail ends at the first end marker or, in a family without one, where a whole
+    /// parse finds calls.
     fn try_end(&mut self, out: &mut Released) {
         let end = self
             .rules
@@ -229,7 +230,10 @@ impl ToolJail {
             .find_map(|m| self.held.find(m).map(|at| at + m.len()));
         let end = match end {
             Some(end) => end,
-            None if self.could_be_whole() && !self.parse(&self.held).calls.is_empty() => {
+            None if self.rules.ends.is_empty()
+                && self.could_be_whole()
+                && !self.parse(&self.held).calls.is_empty() =>
+            {
                 self.held.len()
             }
             None => return,
