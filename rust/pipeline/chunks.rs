@@ -170,6 +170,13 @@ pub fn write_chat_chunk(
             out.extend_from_slice(b"{\"index\":");
             write_u64(out, call.index as u64);
             out.push(b',');
+            if call.id.is_none() && call.name.is_none() {
+                // A later fragment of a call's arguments: only what it adds.
+                out.extend_from_slice(b"\"function\":{\"arguments\":");
+                write_str(out, &call.arguments);
+                out.extend_from_slice(b"}}");
+                continue;
+            }
             write_call_function(
                 out,
                 call.id.as_deref().unwrap_or_default(),

@@ -6,6 +6,7 @@ pub mod detok;
 mod engine_request;
 pub mod error;
 pub mod frames;
+mod guided_calls;
 mod jail;
 mod logprobs;
 pub mod model;

@@ -12,6 +12,7 @@ use super::chunks::{self, ChatDelta, ChatMessage, CompletionChoice, Envelope, Us
 use super::detok::Detokenizer;
 use super::error::write_flat_body;
 use super::frames::{parse_frame, EngineOutput, Frame};
+use super::guided_calls::{GuidedCalls, Shape};
 use super::jail::{JailRules, Parsed, Released, ToolJail};
 use super::logprobs::{self, TokenLogprob};
 use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
@@ -36,6 +37,8 @@ struct Choice {
     jailed: String,
     /// Tools in play (not forced): Dynamo's tool-call jail on the content.
     jail: Option<ToolJail>,
+    /// A forced tool choice with no tool-call parser: the guided JSON answer.
+    guided: Option<GuidedCalls>,
     /// Calls the jail released so far (the next release's indexes go on from here).
     calls_released: usize,
     /// The last text the reasoning stage released was reasoning (not answer).
@@ -259,6 +262,15 @@ impl ResponseState {
                     spec,
                 ))
             });
+        let forced_unparsed = self.plan.surface == Surface::Chat
+            && self.plan.tool_choice.forces_calls()
+            && parsers.is_none_or(|spec| spec.tool_call.is_none());
+        let guided = forced_unparsed.then(|| {
+            GuidedCalls::new(match &self.plan.tool_choice {
+                ToolChoiceMode::Named(name) => Some(name.clone()),
+                _ => None,
+            })
+        });
         let parser = parsers.map(|spec| {
             let parser = ChatParser::from_spec(spec);
             if jail.is_some() {
@@ -272,6 +284,7 @@ impl ResponseState {
             detok: Detokenizer::new(self.tokenizer.clone(), self.plan.decode.clone()),
             parser,
             jail,
+            guided,
             calls_released: 0,
             first: true,
             finished: false,
@@ -356,6 +369,27 @@ impl ResponseState {
         if choice.jail.is_some() {
             return self.emit_jailed(slot, tokens, finish, ending, answered, out);
         }
+        // The step's answer text went into the forced tool choice's jail.
+        let mut held = false;
+        if let Some(guided) = choice.guided.as_mut() {
+            held = true;
+            let piece_len = self.delta.content.len();
+            match guided.feed(&self.delta.content) {
+                Shape::Json => {
+                    self.delta.content.clear();
+                    if self.plan.stream {
+                        guided.fragments(piece_len, ending, &mut self.delta.calls);
+                    } else if ending {
+                        guided.whole(&mut self.delta.calls);
+                    }
+                    return self.emit_guided(slot, tokens, finish, ending, answered, out);
+                }
+                // Not the JSON: the forced tool choice's jail below holds it.
+                Shape::Text => self.delta.content = guided.take_text(),
+                Shape::Undecided if ending => self.delta.content = guided.take_text(),
+                Shape::Undecided => self.delta.content.clear(),
+            }
+        }
         // Dynamo jails the whole answer of a forced tool choice and decides at the end.
         let mut finish = finish;
         // Calls were parsed and all dropped: the last chunk says `"content":""`.
@@ -402,22 +436,12 @@ impl ResponseState {
             choice.finish_reason = finish;
         }
         if !self.plan.stream {
-            choice.logprobs.append(&mut self.logprobs);
-            choice.content.push_str(&self.delta.content);
-            choice.reasoning.push_str(&self.delta.reasoning);
-            choice
-                .calls
-                .extend(self.delta.calls.drain(..).map(|c| WholeCall {
-                    id: c.id.unwrap_or_default(),
-                    name: c.name.unwrap_or_default(),
-                    arguments: c.arguments,
-                }));
-            return;
+            return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
         let index = choice.index;
         // Answer text the tool jail swallowed: Dynamo's chunk (and the role on it) is
         // gone; the role rides on the next chunk that goes out.
-        let swallowed = answered
+        let swallowed = (answered || held)
             && self.delta.is_empty()
             && finish.is_none()
             && self.plan.surface == Surface::Chat;
@@ -515,6 +539,72 @@ impl ResponseState {
 }
 
 impl ResponseState {
+    /// `emit` for a forced tool choice answered with guided JSON (no tool-call parser):
+    /// each step's argument fragments go out as their own chunk with `"content":""`,
+    /// and the finish reason follows in an empty chunk of its own.
+    fn emit_guided(
+        &mut self,
+        slot: usize,
+        tokens: u32,
+        finish: Option<&'static str>,
+        ending: bool,
+        answered: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let choice = &mut self.choices[slot];
+        if !self.plan.parallel_tool_calls {
+            self.delta.calls.retain(|c| c.index == 0);
+        }
+        count_reasoning(choice, &self.delta, tokens, answered);
+        choice.had_calls |= !self.delta.calls.is_empty();
+        let finish = finish.map(|f| match f {
+            "stop" if choice.had_calls => "tool_calls",
+            other => other,
+        });
+        if ending {
+            choice.finished = true;
+            choice.finish_reason = finish;
+        }
+        if !self.plan.stream {
+            return fold_unary(choice, &mut self.delta, &mut self.logprobs);
+        }
+        let index = choice.index;
+        let reasoning = non_empty(&self.delta.reasoning);
+        let has_calls = !self.delta.calls.is_empty();
+        let mut role = if has_calls || reasoning.is_some() || finish.is_some() {
+            std::mem::take(&mut choice.first)
+        } else {
+            false
+        };
+        let running = self.plan.continuous_usage.then(|| Usage {
+            reasoning_tokens: self.reasoning_tokens(),
+            ..self.usage
+        });
+        let usage = running.as_ref();
+        let env = self.envelope();
+        let rendered = logprobs::render(self.plan.surface, &self.logprobs);
+        if has_calls || reasoning.is_some() {
+            let delta = ChatDelta {
+                content: has_calls.then_some(""),
+                tool_calls: &self.delta.calls,
+                role: std::mem::take(&mut role),
+                reasoning,
+            };
+            sse::begin_event(out);
+            chunks::write_chat_chunk(out, &env, index, &delta, None, rendered.as_deref(), usage);
+            sse::end_event(out);
+        }
+        if finish.is_some() {
+            let delta = ChatDelta {
+                role,
+                ..ChatDelta::default()
+            };
+            sse::begin_event(out);
+            chunks::write_chat_chunk(out, &env, index, &delta, finish, None, usage);
+            sse::end_event(out);
+        }
+    }
+
     /// `emit` for a choice under Dynamo's tool-call jail: the content goes through
     /// the jail; what it releases goes out as the reference orders it — the parsed
     /// held text first, then text after the jail's end, then text that never
@@ -655,6 +745,20 @@ impl ResponseState {
             sse::end_event(out);
         }
     }
+}
+
+/// Fold one step's delta into a unary choice.
+fn fold_unary(choice: &mut Choice, delta: &mut Delta, logprobs: &mut Vec<TokenLogprob>) {
+    choice.logprobs.append(logprobs);
+    choice.content.push_str(&delta.content);
+    choice.reasoning.push_str(&delta.reasoning);
+    choice
+        .calls
+        .extend(delta.calls.drain(..).map(|c| WholeCall {
+            id: c.id.unwrap_or_default(),
+            name: c.name.unwrap_or_default(),
+            arguments: c.arguments,
+        }));
 }
 
 /// One chunk the jail's release makes.

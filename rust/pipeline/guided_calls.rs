@@ -1,0 +1,270 @@
+//! A forced `tool_choice` with no tool-call parser: the engine decoded guided JSON
+//! (`[{"name", "parameters"}, ...]` for `required`, the arguments object for a named
+//! tool), and Dynamo 1.6.1 turns that JSON into calls. Streaming, each call's
+//! arguments go out as their raw text grows; the brace that closes them waits one
+//! step. An answer that does not open with the JSON is plain text.
+
+use crate::parsers::dialect::Dialect;
+use crate::parsers::CallDelta;
+
+/// How the answer opened: undecided while it is only whitespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Undecided,
+    Json,
+    Text,
+}
+
+/// One call found in the JSON text so far.
+#[derive(Debug, Default)]
+struct Span {
+    name: Option<String>,
+    /// Byte range of the arguments object in the text; `end` once it closed.
+    start: Option<usize>,
+    end: Option<usize>,
+}
+
+/// The guided-JSON answer of one choice.
+pub struct GuidedCalls {
+    /// The named tool, or `None` for `required` (names come from the array).
+    named: Option<String>,
+    text: String,
+    shape: Shape,
+    /// Per call: its id and how many bytes of its arguments went out.
+    sent: Vec<(String, usize)>,
+}
+
+impl GuidedCalls {
+    pub fn new(named: Option<String>) -> Self {
+        Self {
+            named,
+            text: String::new(),
+            shape: Shape::Undecided,
+            sent: Vec::new(),
+        }
+    }
+
+    /// Take one step of answer text; returns the shape the answer has now.
+    pub fn feed(&mut self, piece: &str) -> Shape {
+        self.text.push_str(piece);
+        if self.shape == Shape::Undecided {
+            let opener = if self.named.is_some() { '{' } else { '[' };
+            self.shape = match self.text.trim_start().chars().next() {
+                None => Shape::Undecided,
+                Some(c) if c == opener => Shape::Json,
+                Some(_) => Shape::Text,
+            };
+        }
+        self.shape
+    }
+
+    /// All the text taken so far (what goes out when the answer is not the JSON).
+    pub fn take_text(&mut self) -> String {
+        std::mem::take(&mut self.text)
+    }
+
+    /// The arguments' new fragments since the last call (streaming). `last_piece`
+    /// bytes at the end came in this step: a closing brace among them waits, unless
+    /// the answer is `ending`.
+    pub fn fragments(&mut self, last_piece: usize, ending: bool, out: &mut Vec<CallDelta>) {
+        let fresh = self.text.len() - last_piece;
+        for (index, span) in self.spans().into_iter().enumerate() {
+            let (Some(start), Some(name)) = (span.start, span.name) else {
+                continue;
+            };
+            let mut end = span.end.unwrap_or(self.text.len());
+            if span.end.is_some_and(|e| e > fresh) && !ending {
+                end -= 1;
+            }
+            let first = index == self.sent.len();
+            if first {
+                self.sent.push((Dialect::Dynamo.new_call_id(), start));
+            }
+            let (id, done) = &mut self.sent[index];
+            if end <= *done && !first {
+                continue;
+            }
+            out.push(CallDelta {
+                index,
+                id: first.then(|| id.clone()),
+                name: first.then_some(name),
+                arguments: self.text[*done..end].to_owned(),
+            });
+            *done = end;
+        }
+    }
+
+    /// Every call whole (unary).
+    pub fn whole(&self, out: &mut Vec<CallDelta>) {
+        for (index, span) in self.spans().into_iter().enumerate() {
+            let (Some(start), Some(name)) = (span.start, span.name) else {
+                continue;
+            };
+            out.push(CallDelta {
+                index,
+                id: Some(Dialect::Dynamo.new_call_id()),
+                name: Some(name),
+                arguments: self.text[start..span.end.unwrap_or(self.text.len())].to_owned(),
+            });
+        }
+    }
+
+    /// The calls in the text so far.
+    fn spans(&self) -> Vec<Span> {
+        if let Some(name) = &self.named {
+            let start = self.text.find('{');
+            let end = start.and_then(|s| closing(&self.text, s));
+            return vec![Span {
+                name: Some(name.clone()),
+                start,
+                end,
+            }];
+        }
+        elements(&self.text)
+    }
+}
+
+/// The end (exclusive) of the JSON object or array opening at `start`, once it closed.
+fn closing(text: &str, start: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut in_str = false;
+    let mut escaped = false;
+    for (i, b) in text.bytes().enumerate().skip(start) {
+        if in_str {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The `{"name", "parameters"}` elements of a `required` array, as far as it goes.
+fn elements(text: &str) -> Vec<Span> {
+    let bytes = text.as_bytes();
+    let mut spans = Vec::new();
+    // Depth 1: inside the array; depth 2: inside an element object.
+    let mut depth = 0usize;
+    let mut key: Option<String> = None;
+    let mut expect_key = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match b {
+            b'"' => {
+                let Some(end) = string_end(bytes, i) else {
+                    break;
+                };
+                if depth == 2 {
+                    let value: Option<String> = serde_json::from_str(&text[i..end]).ok();
+                    if expect_key {
+                        key = value;
+                        expect_key = false;
+                    } else if key.as_deref() == Some("name") {
+                        if let Some(span) = spans.last_mut() {
+                            let span: &mut Span = span;
+                            span.name = value;
+                        }
+                    }
+                }
+                i = end;
+                continue;
+            }
+            b'{' | b'[' if depth == 2 => {
+                let is_args = b == b'{' && key.as_deref() == Some("parameters");
+                let end = closing(text, i);
+                if is_args {
+                    if let Some(span) = spans.last_mut() {
+                        span.start = Some(i);
+                        span.end = end;
+                    }
+                }
+                match end {
+                    Some(end) => {
+                        i = end;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                if depth == 2 {
+                    spans.push(Span::default());
+                    expect_key = true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b',' if depth == 2 => expect_key = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    spans
+}
+
+/// The end (exclusive) of the string literal opening at `start`, once it closed.
+fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut escaped = false;
+    for (i, &b) in bytes.iter().enumerate().skip(start + 1) {
+        match b {
+            _ if escaped => escaped = false,
+            b'\\' => escaped = true,
+            b'"' => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn required_array_yields_each_element_arguments() {
+        let text = r#" [{"name": "a", "parameters": {"x": "}"}}, {"name": "b", "parameters": {}}]"#;
+        let spans = elements(text);
+        assert_eq!(spans.len(), 2);
+        let args: Vec<_> = spans
+            .iter()
+            .map(|s| {
+                (
+                    s.name.clone().unwrap(),
+                    &text[s.start.unwrap()..s.end.unwrap()],
+                )
+            })
+            .collect();
+        assert_eq!(args, [("a".into(), r#"{"x": "}"}"#), ("b".into(), "{}")]);
+    }
+
+    #[test]
+    fn closing_brace_waits_one_step() {
+        let mut calls = GuidedCalls::new(Some("f".into()));
+        let mut out = Vec::new();
+        for piece in ["{\"", "x\": 1", "}"] {
+            assert_eq!(calls.feed(piece), Shape::Json);
+            calls.fragments(piece.len(), false, &mut out);
+        }
+        calls.fragments(0, true, &mut out);
+        let args: Vec<_> = out.iter().map(|c| c.arguments.as_str()).collect();
+        assert_eq!(args, ["{\"", "x\": 1", "}"]);
+        assert_eq!(out[0].name.as_deref(), Some("f"));
+        assert!(out[1].id.is_none());
+    }
+}
