@@ -1,8 +1,9 @@
 //! A forced `tool_choice` with no tool-call parser: the engine decoded guided JSON
 //! (`[{"name", "parameters"}, ...]` for `required`, the arguments object for a named
 //! tool), and Dynamo 1.6.1 turns that JSON into calls. Streaming, each call's
-//! arguments go out as their raw text grows; the brace that closes them waits one
-//! step. An answer that does not open with the JSON is plain text.
+//! arguments go out as their raw text grows; in an array the brace that closes them
+//! waits until their element closes too. An answer that does not open with the JSON
+//! is plain text.
 
 use crate::parsers::dialect::Dialect;
 use crate::parsers::CallDelta;
@@ -22,6 +23,8 @@ struct Span {
     /// Byte range of the arguments object in the text; `end` once it closed.
     start: Option<usize>,
     end: Option<usize>,
+    /// The call's whole JSON (its array element, or the named arguments) closed.
+    closed: bool,
 }
 
 /// The guided-JSON answer of one choice.
@@ -63,17 +66,14 @@ impl GuidedCalls {
         std::mem::take(&mut self.text)
     }
 
-    /// The arguments' new fragments since the last call (streaming). `last_piece`
-    /// bytes at the end came in this step: a closing brace among them waits, unless
-    /// the answer is `ending`.
-    pub fn fragments(&mut self, last_piece: usize, ending: bool, out: &mut Vec<CallDelta>) {
-        let fresh = self.text.len() - last_piece;
+    /// The arguments' new fragments since the last call (streaming).
+    pub fn fragments(&mut self, ending: bool, out: &mut Vec<CallDelta>) {
         for (index, span) in self.spans().into_iter().enumerate() {
             let (Some(start), Some(name)) = (span.start, span.name) else {
                 continue;
             };
             let mut end = span.end.unwrap_or(self.text.len());
-            if span.end.is_some_and(|e| e > fresh) && !ending {
+            if span.end.is_some() && !span.closed && !ending {
                 end -= 1;
             }
             let first = index == self.sent.len();
@@ -118,6 +118,7 @@ impl GuidedCalls {
                 name: Some(name.clone()),
                 start,
                 end,
+                closed: end.is_some(),
             }];
         }
         elements(&self.text)
@@ -209,7 +210,14 @@ fn elements(text: &str) -> Vec<Span> {
                     expect_key = true;
                 }
             }
-            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'}' | b']' => {
+                if depth == 2 {
+                    if let Some(span) = spans.last_mut() {
+                        span.closed = true;
+                    }
+                }
+                depth = depth.saturating_sub(1);
+            }
             b',' if depth == 2 => expect_key = true,
             _ => {}
         }
@@ -254,17 +262,35 @@ mod tests {
     }
 
     #[test]
-    fn closing_brace_waits_one_step() {
-        let mut calls = GuidedCalls::new(Some("f".into()));
+    fn closing_brace_waits_for_its_element() {
+        let mut calls = GuidedCalls::new(None);
         let mut out = Vec::new();
-        for piece in ["{\"", "x\": 1", "}"] {
+        for piece in ["[{\"name\": \"f\", \"parameters\": {\"", "x\": 1}", "}]"] {
             assert_eq!(calls.feed(piece), Shape::Json);
-            calls.fragments(piece.len(), false, &mut out);
+            calls.fragments(false, &mut out);
         }
-        calls.fragments(0, true, &mut out);
         let args: Vec<_> = out.iter().map(|c| c.arguments.as_str()).collect();
         assert_eq!(args, ["{\"", "x\": 1", "}"]);
         assert_eq!(out[0].name.as_deref(), Some("f"));
-        assert!(out[1].id.is_none());
+        assert!(out[1].id.is_none() && out[1].name.is_none());
+    }
+
+    #[test]
+    fn named_arguments_close_at_once() {
+        let mut calls = GuidedCalls::new(Some("f".into()));
+        let mut out = Vec::new();
+        for piece in ["{\"", "x\": 1}"] {
+            calls.feed(piece);
+            calls.fragments(false, &mut out);
+        }
+        let args: Vec<_> = out.iter().map(|c| c.arguments.as_str()).collect();
+        assert_eq!(args, ["{\"", "x\": 1}"]);
+    }
+
+    #[test]
+    fn text_before_the_json_is_not_a_call() {
+        let mut calls = GuidedCalls::new(None);
+        assert_eq!(calls.feed("  \n"), Shape::Undecided);
+        assert_eq!(calls.feed("Hi ["), Shape::Text);
     }
 }

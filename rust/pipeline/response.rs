@@ -264,7 +264,7 @@ impl ResponseState {
             });
         let forced_unparsed = self.plan.surface == Surface::Chat
             && self.plan.tool_choice.forces_calls()
-            && parsers.is_none_or(|spec| spec.tool_call.is_none());
+            && !parsers.is_some_and(|spec| spec.tool_call.is_some());
         let guided = forced_unparsed.then(|| {
             GuidedCalls::new(match &self.plan.tool_choice {
                 ToolChoiceMode::Named(name) => Some(name.clone()),
@@ -373,12 +373,11 @@ impl ResponseState {
         let mut held = false;
         if let Some(guided) = choice.guided.as_mut() {
             held = true;
-            let piece_len = self.delta.content.len();
             match guided.feed(&self.delta.content) {
                 Shape::Json => {
                     self.delta.content.clear();
                     if self.plan.stream {
-                        guided.fragments(piece_len, ending, &mut self.delta.calls);
+                        guided.fragments(ending, &mut self.delta.calls);
                     } else if ending {
                         guided.whole(&mut self.delta.calls);
                     }
