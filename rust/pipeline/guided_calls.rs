@@ -94,6 +94,11 @@ impl GuidedCalls {
         }
     }
 
+    /// A call's first fragment went out (streaming).
+    pub fn released_any(&self) -> bool {
+        !self.sent.is_empty()
+    }
+
     /// Every call whole (unary).
     pub fn whole(&self, out: &mut Vec<CallDelta>) {
         for (index, span) in self.spans().into_iter().enumerate() {

@@ -381,7 +381,12 @@ impl ResponseState {
                     } else if ending {
                         guided.whole(&mut self.delta.calls);
                     }
-                    return self.emit_guided(slot, tokens, finish, ending, answered, out);
+                    let called = guided.released_any() || !self.delta.calls.is_empty();
+                    if called || !ending {
+                        return self.emit_guided(slot, tokens, finish, ending, answered, out);
+                    }
+                    // JSON with no call in it (`[]`): Dynamo sends it as held text.
+                    self.delta.content = guided.take_text();
                 }
                 // Not the JSON: the forced tool choice's jail below holds it.
                 Shape::Text => self.delta.content = guided.take_text(),
