@@ -247,10 +247,15 @@ impl ResponseState {
             return slot;
         }
         let parsers = self.plan.parsers.as_ref();
-        // Dynamo jails the content of a chat answer with tools in play; a forced
-        // tool choice holds the whole answer instead (see `emit`).
+        // Dynamo jails the content of a chat answer with tools in play (its streaming,
+        // so only in its dialect); a forced tool choice holds the whole answer instead
+        // (see `emit`).
         let jail = parsers
-            .filter(|_| self.plan.surface == Surface::Chat && !self.plan.tool_choice.forces_calls())
+            .filter(|spec| {
+                spec.reference_streaming
+                    && self.plan.surface == Surface::Chat
+                    && !self.plan.tool_choice.forces_calls()
+            })
             .and_then(|spec| {
                 let family = spec.tool_call?;
                 let markers = family.build(spec.tools.clone()).start_markers();
