@@ -136,14 +136,14 @@ impl CompletionBatch {
         for part in &self.parts {
             part.unary_completion_choices(&mut merged);
         }
-        merged.sort_by_key(|c| c.0);
+        merged.sort_by_key(|c| c.index);
         let choices: Vec<CompletionChoice> = merged
             .iter()
-            .map(|(index, text, lp, finish)| CompletionChoice {
-                index: *index,
-                text,
-                logprobs: lp.as_deref(),
-                finish_reason: *finish,
+            .map(|c| CompletionChoice {
+                index: c.index,
+                text: &c.text,
+                logprobs: c.logprobs.as_deref(),
+                finish_reason: c.finish_reason,
             })
             .collect();
         chunks::write_completion(out, &env, &choices, &usage);

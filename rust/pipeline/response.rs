@@ -21,6 +21,14 @@ use crate::parsers::{CallDelta, ChatParser, Delta};
 /// The message Dynamo shows for any engine failure (the engine's own text stays inside).
 pub const INTERNAL_ERROR: &str = "Internal server error";
 
+/// A finished unary completions choice, owned, for a batch to merge.
+pub struct OwnedCompletionChoice {
+    pub index: u32,
+    pub text: String,
+    pub logprobs: Option<Vec<u8>>,
+    pub finish_reason: Option<&'static str>,
+}
+
 struct Choice {
     index: u32,
     detok: Detokenizer,
@@ -252,14 +260,16 @@ impl ResponseState {
 
     /// A finished unary completions part: its choices in index order, with their
     /// rendered logprobs, for the batch to merge.
-    pub fn unary_completion_choices(
-        &self,
-        merge: &mut Vec<(u32, String, Option<Vec<u8>>, Option<&'static str>)>,
-    ) {
+    pub fn unary_completion_choices(&self, merge: &mut Vec<OwnedCompletionChoice>) {
         let order = self.ordered_choices();
         let rendered = self.rendered_logprobs(&order);
         for (c, lp) in order.into_iter().zip(rendered) {
-            merge.push((c.index, c.content.clone(), lp, c.finish_reason));
+            merge.push(OwnedCompletionChoice {
+                index: c.index,
+                text: c.content.clone(),
+                logprobs: lp,
+                finish_reason: c.finish_reason,
+            });
         }
     }
 
