@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyString};
 use super::detach_if_large;
 use super::errors::{request_error, tokenizer_error};
 use crate::parsers::dialect::{Dialect, UnknownDialect};
+use crate::pipeline::batch::CompletionBatch;
 use crate::pipeline::error::{is_json_content_type, HttpError};
 use crate::pipeline::frames::batch_frames;
 use crate::pipeline::model::ModelCard;
@@ -127,12 +128,34 @@ impl Pipeline {
         py: Python<'_>,
         body: &[u8],
         request_id: Option<String>,
-    ) -> PyResult<Exchange> {
+    ) -> PyResult<Py<PyAny>> {
         let request_id = request_id.unwrap_or_else(fresh_request_id);
-        let prepared = detach_if_large(py, body.len(), || {
-            self.preprocessor.completions(body, &request_id)
+        let mut parts = detach_if_large(py, body.len(), || {
+            self.preprocessor.completions_parts(body, &request_id)
         })?;
-        Ok(Exchange::new(py, self, prepared, &request_id))
+        if parts.len() == 1 {
+            let exchange = Exchange::new(py, self, parts.remove(0), &request_id);
+            return Ok(Py::new(py, exchange)?.into_any());
+        }
+        let ids: Vec<String> = (0..parts.len())
+            .map(|i| format!("{request_id}-{i}"))
+            .collect();
+        let (state, requests) = CompletionBatch::new(
+            format!("cmpl-{request_id}"),
+            parts,
+            &self.preprocessor.tokenizer(),
+        );
+        let batch = Batch {
+            engine_requests: requests
+                .iter()
+                .map(|r| PyBytes::new(py, r).unbind())
+                .collect(),
+            request_ids: ids,
+            request_id,
+            state,
+            out: Vec::with_capacity(512),
+        };
+        Ok(Py::new(py, batch)?.into_any())
     }
 
     /// Token ids for `text`, without special tokens added (for scripted engines).
@@ -253,6 +276,127 @@ impl Exchange {
     }
 }
 
+/// Several prompts of one `/v1/completions` request: one engine request per prompt,
+/// one response merged from them (see `pipeline::batch`).
+#[pyclass(module = "shakedown._core", name = "CompletionBatch")]
+pub struct Batch {
+    state: CompletionBatch,
+    engine_requests: Vec<Py<PyBytes>>,
+    request_ids: Vec<String>,
+    request_id: String,
+    out: Vec<u8>,
+}
+
+impl Batch {
+    fn take<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let bytes = PyBytes::new(py, &self.out);
+        self.out.clear();
+        bytes
+    }
+}
+
+#[pymethods]
+impl Batch {
+    #[getter]
+    fn stream(&self) -> bool {
+        self.state.is_stream()
+    }
+
+    /// The request's id (the response id's suffix).
+    #[getter]
+    fn request_id(&self) -> &str {
+        &self.request_id
+    }
+
+    /// One engine request per prompt, as JSON bytes.
+    #[getter]
+    fn engine_requests(&self, py: Python<'_>) -> Vec<Py<PyBytes>> {
+        self.engine_requests
+            .iter()
+            .map(|r| r.clone_ref(py))
+            .collect()
+    }
+
+    /// Each prompt's engine context id: `<request id>-I`.
+    #[getter]
+    fn request_ids(&self) -> Vec<String> {
+        self.request_ids.clone()
+    }
+
+    #[getter]
+    fn status(&self) -> u16 {
+        self.state.status()
+    }
+
+    /// The batch failed: every prompt's engine can stop.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.state.is_closed()
+    }
+
+    /// Prompt `part` has all its choices (or the batch failed).
+    fn part_finished(&self, part: usize) -> PyResult<bool> {
+        self.check(part)?;
+        Ok(self.state.part_finished(part))
+    }
+
+    /// One engine frame of prompt `part` in (a JSON array is a batch of frames);
+    /// the bytes to send now out.
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        part: usize,
+        frame: &[u8],
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        self.check(part)?;
+        let (state, out) = (&mut self.state, &mut self.out);
+        detach_if_large(py, frame.len(), || match batch_frames(frame) {
+            Some(frames) => {
+                for one in frames {
+                    state.feed(part, one, out);
+                    if state.part_finished(part) {
+                        break;
+                    }
+                }
+            }
+            None => state.feed(part, frame, out),
+        });
+        Ok(self.take(py))
+    }
+
+    /// The engine stream of prompt `part` ended: its closing chunks.
+    fn finish_part<'py>(&mut self, py: Python<'py>, part: usize) -> PyResult<Bound<'py, PyBytes>> {
+        self.check(part)?;
+        self.state.finish_part(part, &mut self.out);
+        Ok(self.take(py))
+    }
+
+    /// Every prompt's stream ended: the usage chunk and `[DONE]`, or the merged body.
+    fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        self.state.finish(&mut self.out);
+        self.take(py)
+    }
+
+    /// An engine failed: an error event and `[DONE]`, or the unary error body.
+    #[pyo3(signature = (message, status=500))]
+    fn fail<'py>(&mut self, py: Python<'py>, message: &str, status: u16) -> Bound<'py, PyBytes> {
+        self.state.fail(status, message, &mut self.out);
+        self.take(py)
+    }
+}
+
+impl Batch {
+    fn check(&self, part: usize) -> PyResult<()> {
+        if part < self.state.len() {
+            Ok(())
+        } else {
+            Err(PyValueError::new_err(format!(
+                "no prompt {part} in this batch"
+            )))
+        }
+    }
+}
+
 /// The reference's flat error body `{"message","type","code"}` for a status.
 #[pyfunction]
 fn error_body<'py>(py: Python<'py>, status: u16, message: &str) -> Bound<'py, PyBytes> {
@@ -293,6 +437,7 @@ fn json_content_type(value: Option<&str>) -> bool {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Pipeline>()?;
     m.add_class::<Exchange>()?;
+    m.add_class::<Batch>()?;
     m.add_function(wrap_pyfunction!(error_body, m)?)?;
     m.add_function(wrap_pyfunction!(route_not_found, m)?)?;
     m.add_function(wrap_pyfunction!(payload_too_large, m)?)?;

@@ -1,6 +1,7 @@
 //! The frontend's pipeline with no HTTP in it: OpenAI request → engine request →
 //! engine output frames → the bytes the reference frontend sends.
 
+pub mod batch;
 pub mod chunks;
 pub mod detok;
 mod engine_request;

@@ -38,6 +38,9 @@ pub struct ResponsePlan {
     pub tool_choice: ToolChoiceMode,
     /// `parallel_tool_calls: false` keeps only the first call.
     pub parallel_tool_calls: bool,
+    /// One prompt of several in `/v1/completions`: its choices are numbered from here
+    /// (`I × n`), and the batch, not this part, closes the response.
+    pub batch_part: Option<u32>,
     /// `nvext.annotations` events to send before the first chunk of a stream, as
     /// (event name, JSON-encoded comment): `request_id`, `formatted_prompt`, `token_ids`.
     pub annotation_events: Vec<(String, String)>,

@@ -267,28 +267,67 @@ impl Preprocessor {
         Ok(self.prepare(&engine, reply, &token_ids, prompt.as_deref(), request_id))
     }
 
-    /// `/v1/completions`: no template, no BOS; token prompts pass through.
+    /// `/v1/completions` with one prompt: no template, no BOS; token prompts pass through.
     pub fn completions(&self, body: &[u8], request_id: &str) -> Result<Prepared, HttpError> {
+        let mut parts = self.completions_parts(body, request_id)?;
+        match parts.len() {
+            1 => Ok(parts.remove(0)),
+            _ => Err(HttpError::validation(
+                "Batch prompts (more than one prompt) are not supported",
+            )),
+        }
+    }
+
+    /// `/v1/completions`, one engine request per prompt. A single prompt is prepared
+    /// as it always was; several are parts of a batch (Dynamo 1.6.1): part `I` has the
+    /// id `<request id>-I` and numbers its choices from `I × n`.
+    pub fn completions_parts(
+        &self,
+        body: &[u8],
+        request_id: &str,
+    ) -> Result<Vec<Prepared>, HttpError> {
         let request: NvCreateCompletionRequest = parse_completion(body)?;
         self.check_model(&request.fields.model)?;
+        let prompts: Vec<(Option<&str>, Option<&[u32]>)> = match &request.fields.prompt {
+            Prompt::String(s) => vec![(Some(s.as_str()), None)],
+            Prompt::StringArray(items) => items.iter().map(|s| (Some(s.as_str()), None)).collect(),
+            Prompt::IntegerArray(ids) => vec![(None, Some(ids.as_slice()))],
+            Prompt::ArrayOfIntegerArray(items) => items
+                .iter()
+                .map(|ids| (None, Some(ids.as_slice())))
+                .collect(),
+        };
+        if prompts.len() == 1 {
+            let (prompt, ids) = prompts[0];
+            return Ok(vec![
+                self.completion(&request, prompt, ids, request_id, None)?
+            ]);
+        }
+        let n = u32::from(request.fields.n.unwrap_or(1));
+        prompts
+            .iter()
+            .enumerate()
+            .map(|(i, &(prompt, ids))| {
+                let part_id = format!("{request_id}-{i}");
+                let offset = i as u32 * n;
+                self.completion(&request, prompt, ids, &part_id, Some(offset))
+            })
+            .collect()
+    }
+
+    fn completion(
+        &self,
+        request: &NvCreateCompletionRequest,
+        prompt: Option<&str>,
+        token_ids: Option<&[u32]>,
+        request_id: &str,
+        batch_part: Option<u32>,
+    ) -> Result<Prepared, HttpError> {
         let f = &request.fields;
         let nvext = request.nvext.as_ref();
-
-        let (prompt, token_ids) = match &f.prompt {
-            Prompt::String(s) => (Some(s.as_str()), None),
-            Prompt::StringArray(items) if items.len() == 1 => (Some(items[0].as_str()), None),
-            Prompt::IntegerArray(ids) => (None, Some(ids.clone())),
-            Prompt::ArrayOfIntegerArray(items) if items.len() == 1 => {
-                (None, Some(items[0].clone()))
-            }
-            _ => {
-                return Err(HttpError::validation(
-                    "Batch prompts (more than one prompt) are not supported",
-                ))
-            }
-        };
         let token_ids = match (nvext.and_then(|n| n.token_data.clone()), token_ids, prompt) {
-            (Some(ids), _, _) | (None, Some(ids), _) => ids,
+            (Some(ids), _, _) => ids,
+            (None, Some(ids), _) => ids.to_vec(),
             (None, None, Some(p)) => self.encode(p)?,
             (None, None, None) => Vec::new(),
         };
@@ -326,7 +365,9 @@ impl Preprocessor {
             logprobs: f.logprobs.map(u32::from),
             guided_json: None,
         };
-        Ok(self.prepare(&engine, reply, &token_ids, prompt, request_id))
+        let mut prepared = self.prepare(&engine, reply, &token_ids, prompt, request_id);
+        prepared.plan.batch_part = batch_part;
+        Ok(prepared)
     }
 
     /// The engine request bytes and the response plan, for either surface.
@@ -399,6 +440,7 @@ impl Preprocessor {
             tool_choice: reply.tool_choice,
             parallel_tool_calls: reply.parallel_tool_calls,
             annotation_events: annotation_events(&annotations, request_id, prompt, token_ids),
+            batch_part: None,
         };
         Prepared {
             engine_request,

@@ -22,6 +22,14 @@ use crate::parsers::{CallDelta, ChatParser, Delta};
 /// The message Dynamo shows for any engine failure (the engine's own text stays inside).
 pub const INTERNAL_ERROR: &str = "Internal server error";
 
+/// A finished unary completions choice, owned, for a batch to merge.
+pub struct OwnedCompletionChoice {
+    pub index: u32,
+    pub text: String,
+    pub logprobs: Option<Vec<u8>>,
+    pub finish_reason: Option<&'static str>,
+}
+
 struct Choice {
     index: u32,
     detok: Detokenizer,
@@ -191,6 +199,9 @@ impl ResponseState {
             }
         }
         self.usage.reasoning_tokens = self.reasoning_tokens();
+        if self.plan.batch_part.is_some() {
+            return; // the batch writes the usage, [DONE], or the merged body
+        }
         let env = self.envelope();
         if self.plan.stream {
             if self.plan.include_usage {
@@ -206,13 +217,9 @@ impl ResponseState {
             sse::write_done(out);
             return;
         }
-        let mut order: Vec<&Choice> = self.choices.iter().collect();
-        order.sort_by_key(|c| c.index);
+        let order = self.ordered_choices();
         let surface = self.plan.surface;
-        let rendered: Vec<Option<Vec<u8>>> = order
-            .iter()
-            .map(|c| logprobs::render(surface, &c.logprobs))
-            .collect();
+        let rendered = self.rendered_logprobs(&order);
         match surface {
             Surface::Chat => {
                 let messages: Vec<ChatMessage> = order
@@ -230,30 +237,60 @@ impl ResponseState {
                 chunks::write_chat_completion(out, &env, &messages, &self.usage);
             }
             Surface::Completions => {
-                let choices: Vec<CompletionChoice> = order
-                    .iter()
-                    .zip(&rendered)
-                    .map(|(c, lp)| CompletionChoice {
-                        index: c.index,
-                        text: &c.content,
-                        logprobs: lp.as_deref(),
-                        finish_reason: c.finish_reason,
-                    })
-                    .collect();
+                let choices = completion_choices(&order, &rendered);
                 chunks::write_completion(out, &env, &choices, &self.usage);
             }
         }
     }
 
+    fn ordered_choices(&self) -> Vec<&Choice> {
+        let mut order: Vec<&Choice> = self.choices.iter().collect();
+        order.sort_by_key(|c| c.index);
+        order
+    }
+
+    fn rendered_logprobs(&self, order: &[&Choice]) -> Vec<Option<Vec<u8>>> {
+        order
+            .iter()
+            .map(|c| logprobs::render(self.plan.surface, &c.logprobs))
+            .collect()
+    }
+
+    /// The usage so far (a batch sums its parts').
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// A finished unary completions part: its choices in index order, with their
+    /// rendered logprobs, for the batch to merge.
+    pub fn unary_completion_choices(&self, merge: &mut Vec<OwnedCompletionChoice>) {
+        let order = self.ordered_choices();
+        let rendered = self.rendered_logprobs(&order);
+        for (c, lp) in order.into_iter().zip(rendered) {
+            merge.push(OwnedCompletionChoice {
+                index: c.index,
+                text: c.content.clone(),
+                logprobs: lp,
+                finish_reason: c.finish_reason,
+            });
+        }
+    }
+
     fn slot(&mut self, index: u32) -> usize {
+        let index = index + self.plan.batch_part.unwrap_or(0);
         if let Some(slot) = self.choices.iter().position(|c| c.index == index) {
             return slot;
         }
         let parsers = self.plan.parsers.as_ref();
-        // Dynamo jails the content of a chat answer with tools in play; a forced
-        // tool choice holds the whole answer instead (see `emit`).
+        // Dynamo jails the content of a chat answer with tools in play (its streaming,
+        // so only in its dialect); a forced tool choice holds the whole answer instead
+        // (see `emit`).
         let jail = parsers
-            .filter(|_| self.plan.surface == Surface::Chat && !self.plan.tool_choice.forces_calls())
+            .filter(|spec| {
+                spec.reference_streaming
+                    && self.plan.surface == Surface::Chat
+                    && !self.plan.tool_choice.forces_calls()
+            })
             .and_then(|spec| {
                 let family = spec.tool_call?;
                 let markers = family.build(spec.tools.clone()).start_markers();
@@ -855,4 +892,20 @@ fn count_reasoning(choice: &mut Choice, delta: &Delta, tokens: u32, answered: bo
     if answered {
         choice.in_reasoning = false;
     }
+}
+
+fn completion_choices<'a>(
+    order: &[&'a Choice],
+    rendered: &'a [Option<Vec<u8>>],
+) -> Vec<CompletionChoice<'a>> {
+    order
+        .iter()
+        .zip(rendered)
+        .map(|(c, lp)| CompletionChoice {
+            index: c.index,
+            text: &c.content,
+            logprobs: lp.as_deref(),
+            finish_reason: c.finish_reason,
+        })
+        .collect()
 }

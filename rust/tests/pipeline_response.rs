@@ -478,3 +478,127 @@ fn a_lone_lt_after_text_is_not_held_without_a_tool_parser() {
         .collect();
     assert_eq!(contents[..3], [json!("Sure"), json!(".<"), json!("tool")]);
 }
+
+// ------------------------------------------------------- several completions prompts
+
+fn batch(extra: Value) -> (_core::pipeline::batch::CompletionBatch, Vec<Vec<u8>>) {
+    let mut body = json!({"model": "m", "prompt": [[1, 2, 3], [4, 5]], "max_tokens": 8});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let parts = plain_model()
+        .completions_parts(body.to_string().as_bytes(), "rid")
+        .unwrap();
+    _core::pipeline::batch::CompletionBatch::new("cmpl-rid".into(), parts, &tokenizer())
+}
+
+#[test]
+fn several_prompts_are_one_engine_request_each() {
+    let (_, requests) = batch(json!({"n": 2}));
+    let ids: Vec<Value> = requests
+        .iter()
+        .map(|r| serde_json::from_slice::<Value>(r).unwrap()["token_ids"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!([1, 2, 3]), json!([4, 5])]);
+    // A single prompt in a list is no batch.
+    let one = plain_model()
+        .completions_parts(br#"{"model":"m","prompt":["Hi"]}"#, "rid")
+        .unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].plan.response_id, "cmpl-rid");
+    assert_eq!(one[0].plan.batch_part, None);
+}
+
+#[test]
+fn several_prompts_unary_merge_choices_in_index_order_and_sum_usage() {
+    let (mut state, _) = batch(json!({"n": 2}));
+    let mut out = Vec::new();
+    // Prompt 1 finishes first; the body still lists prompt 0's choice first.
+    let stop = json!({"token_ids": [EOS], "finish_reason": "stop"}).to_string();
+    state.feed(
+        1,
+        json!({"token_ids": [300]}).to_string().as_bytes(),
+        &mut out,
+    );
+    state.feed(1, stop.as_bytes(), &mut out);
+    state.finish_part(1, &mut out);
+    state.feed(
+        0,
+        json!({"token_ids": [301, 302]}).to_string().as_bytes(),
+        &mut out,
+    );
+    state.feed(0, stop.as_bytes(), &mut out);
+    state.finish_part(0, &mut out);
+    assert!(out.is_empty(), "a unary part sends nothing");
+    state.finish(&mut out);
+    let body: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(body["id"], "cmpl-rid");
+    let indexes: Vec<&Value> = body["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["index"])
+        .collect();
+    assert_eq!(indexes, vec![&json!(0), &json!(2)]);
+    assert_eq!(body["usage"]["prompt_tokens"], 5);
+    assert_eq!(body["usage"]["completion_tokens"], 5);
+    assert_eq!(state.status(), 200);
+}
+
+#[test]
+fn several_prompts_stream_part_ids_one_usage_chunk_one_done() {
+    let (mut state, _) = batch(json!({"stream": true, "stream_options": {"include_usage": true}}));
+    let mut out = Vec::new();
+    let stop = json!({"token_ids": [EOS], "finish_reason": "stop"}).to_string();
+    for part in [1, 0] {
+        state.feed(
+            part,
+            json!({"token_ids": [300]}).to_string().as_bytes(),
+            &mut out,
+        );
+        state.feed(part, stop.as_bytes(), &mut out);
+        state.finish_part(part, &mut out);
+    }
+    state.finish(&mut out);
+    let text = String::from_utf8(out).unwrap();
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.iter().filter(|e| **e == "data: [DONE]").count(), 1);
+    assert_eq!(events.last(), Some(&"data: [DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
+        .collect();
+    let (usage, parts) = chunks.split_last().unwrap();
+    assert_eq!(usage["id"], "cmpl-rid");
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["prompt_tokens"], 5);
+    assert_eq!(usage["usage"]["completion_tokens"], 4);
+    for chunk in parts {
+        let index = chunk["choices"][0]["index"].as_u64().unwrap();
+        assert_eq!(chunk["id"], format!("cmpl-rid-{index}"));
+        assert!(chunk["usage"].is_null());
+    }
+}
+
+#[test]
+fn a_failed_frame_on_one_prompt_fails_the_batch() {
+    let (mut state, _) = batch(json!({"stream": true}));
+    let mut out = Vec::new();
+    state.feed(
+        0,
+        json!({"token_ids": [300]}).to_string().as_bytes(),
+        &mut out,
+    );
+    state.feed(1, b"not json", &mut out);
+    assert!(state.is_closed() && state.part_finished(0));
+    state.feed(
+        0,
+        json!({"token_ids": [301]}).to_string().as_bytes(),
+        &mut out,
+    );
+    state.finish(&mut out);
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert_eq!(text.matches("[DONE]").count(), 1);
+    assert!(text.contains("\"error\""), "{text}");
+}

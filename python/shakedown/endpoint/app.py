@@ -24,6 +24,7 @@ from granian._granian import RSGIProtocolClosed as ProtocolClosed
 from granian.rsgi import Scope
 
 from shakedown._core import (
+    CompletionBatch,
     Exchange,
     Pipeline,
     RequestError,
@@ -38,7 +39,7 @@ from shakedown._core import (
 from .context import RequestContext
 from .frames import engine_frames, log_failure
 from .inflight import Active, InFlight, absorb_cancel
-from .registry import EngineRegistry
+from .registry import EngineRegistry, Registration
 
 log = logging.getLogger("shakedown.endpoint")
 
@@ -251,6 +252,7 @@ class EndpointApp:
         request_id = given_request_id(scope.headers.get("x-dynamo-request-id"))
         echoed = scope.headers.get("x-request-id")
         headers = JSON_HEADERS if echoed is None else [*JSON_HEADERS, ("x-request-id", echoed)]
+        exchange: Exchange | CompletionBatch
         try:
             if chat:
                 exchange = self.pipeline.chat(body, request_id)
@@ -262,6 +264,9 @@ class EndpointApp:
         registration = self.registry.get(self.endpoint)
         if registration is None:
             proto.response_bytes(503, headers, self._not_ready)
+            return
+        if isinstance(exchange, CompletionBatch):
+            await self._fan_out(proto, exchange, registration, headers, echoed)
             return
         active = Active(task, RequestContext(exchange.request_id), proto)
         inflight.add(active)
@@ -365,6 +370,111 @@ class EndpointApp:
             # traceback that outlives this frame (a reference cycle, a log record) can't
             # hold the client's stream open.
             del transport
+
+    async def _fan_out(
+        self,
+        proto: HTTPProtocol,
+        batch: CompletionBatch,
+        registration: Registration,
+        headers: list[tuple[str, str]],
+        echoed: str | None,
+    ) -> None:
+        """Several prompts: one engine stream per prompt, run together, their frames merged
+        by the batch as they arrive (one body, or one stream with one [DONE])."""
+        task = asyncio.current_task()
+        assert task is not None  # _generate checked it
+        active = Active(task, RequestContext(batch.request_id), proto)
+        self._inflight.add(active)
+        transport: StreamTransport | None = None
+        try:
+            if batch.stream:
+                sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, headers[-1]]
+                transport = proto.response_stream(200, sse_headers)
+            body = await self._merge(batch, registration, active, transport)
+            if transport is not None:
+                with contextlib.suppress(ProtocolClosed):
+                    await transport.send_bytes(body)
+            elif body:
+                proto.response_bytes(batch.status, headers, body)
+        except ProtocolClosed:
+            active.context.stop_generating()
+        finally:
+            self._inflight.discard(active)
+            del transport  # see `_stream`: the freed transport ends the response
+
+    async def _merge(
+        self,
+        batch: CompletionBatch,
+        registration: Registration,
+        active: Active,
+        transport: StreamTransport | None,
+    ) -> bytes:
+        """Run every prompt's engine stream; stream out what the batch gives (when
+        `transport`), and return what is left to send: the closing bytes, the unary body,
+        or the error; b"" when the client has gone."""
+        contexts = [RequestContext(part_id) for part_id in batch.request_ids]
+        arrived: asyncio.Queue[tuple[int, bytes | BaseException | None]] = asyncio.Queue()
+
+        async def pump(part: int) -> None:
+            request = orjson.loads(batch.engine_requests[part])
+            frames = engine_frames(registration, request, contexts[part])
+            try:
+                async for frame in frames:
+                    arrived.put_nowait((part, frame))
+                arrived.put_nowait((part, None))
+            except Exception as err:
+                arrived.put_nowait((part, err))
+            finally:
+                await frames.aclose()
+
+        pumps = [asyncio.ensure_future(pump(part)) for part in range(len(contexts))]
+        running = set(range(len(pumps)))
+        pending = b""
+        try:
+            while running:
+                part, item = await arrived.get()
+                if part not in running:
+                    continue
+                if isinstance(item, BaseException):
+                    message, status = engine_failure(item)
+                    if status >= 500:
+                        log.error("engine failed on request %s: %r", contexts[part].id, item)
+                    del item
+                    return pending + batch.fail(message, status)
+                if item is None:
+                    running.discard(part)
+                    out = batch.finish_part(part)
+                else:
+                    out = batch.feed(part, item)
+                    if batch.closed:  # a frame failed the request: that is the answer
+                        log_failed_frame(contexts[part].id, item)
+                        return pending + out
+                    if batch.part_finished(part):  # a stop string, the length limit
+                        contexts[part].stop_generating()
+                        pumps[part].cancel()
+                        running.discard(part)
+                        out += batch.finish_part(part)
+                if transport is None:
+                    pending += out
+                elif out:
+                    await transport.send_bytes(out)
+                if active.interrupted:
+                    raise asyncio.CancelledError
+            return pending + batch.finish()
+        except asyncio.CancelledError:
+            if not active.interrupted:
+                raise
+            absorb_cancel(active.task)
+            if active.disconnected:
+                return b""
+            return pending + batch.fail(SHUTTING_DOWN, 503)
+        finally:
+            # Every prompt's engine stops with the request, however it ended.
+            for context in contexts:
+                context.stop_generating()
+            for pumping in pumps:
+                pumping.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
 
     @staticmethod
     async def _send_last(transport: StreamTransport, data: bytes) -> None:
