@@ -365,31 +365,29 @@ def _parse_hold(value: str) -> Hold:
         ) from None
 
 
-def _parse_overall_timeout(value: str) -> float | None:
+def _seconds_text(value: str, error: str) -> float | None:
+    """A number of seconds written in a variable; None when blank."""
     text = value.strip()
     if not text:
         return None
     try:
-        seconds = float(text)
+        return float(text)
     except ValueError:
-        raise ValidationConfigError(
-            f"{TIMEOUT_VAR} must be a number of seconds, got {value!r}"
-        ) from None
-    return _positive_seconds(TIMEOUT_VAR, seconds)
+        raise ValidationConfigError(error) from None
+
+
+def _parse_overall_timeout(value: str) -> float | None:
+    seconds = _seconds_text(value, f"{TIMEOUT_VAR} must be a number of seconds, got {value!r}")
+    return None if seconds is None else _positive_seconds(TIMEOUT_VAR, seconds)
 
 
 def _parse_recheck_interval(value: str) -> float | None:
-    text = value.strip()
-    if not text:
+    error = f"{RECHECK_VAR} must be a number of seconds (0 or unset: off), got {value!r}"
+    seconds = _seconds_text(value, error)
+    if seconds is None:
         return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0:
-        raise ValidationConfigError(
-            f"{RECHECK_VAR} must be a number of seconds (0 or unset: off), got {value!r}"
-        )
+        raise ValidationConfigError(error)
     return seconds or None
 
 
