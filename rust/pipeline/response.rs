@@ -698,12 +698,11 @@ impl ResponseState {
             });
         }
         if let Some(parsed) = finalized {
-            parts.push(JailedPart::parsed(
-                parsed,
-                finish,
-                parallel,
-                &mut choice.calls_released,
-            ));
+            let mut part = JailedPart::parsed(parsed, finish, parallel, &mut choice.calls_released);
+            // Calls released at the end of output carry the finish reason (`stop`
+            // becomes `tool_calls` below, `length` stays).
+            part.finish = finish;
+            parts.push(part);
         }
         if ending {
             choice.finished = true;
