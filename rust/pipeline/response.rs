@@ -43,6 +43,9 @@ struct Choice {
     held_calls: Vec<crate::parsers::CallDelta>,
     /// A forced tool choice: the answer text, released only if no call was parsed.
     jailed: String,
+    /// The reasoning stage has passed answer text: from then on, under a forced
+    /// tool choice, every frame's content (empty too) goes into the jail.
+    answered_once: bool,
     /// Tools in play (not forced): Dynamo's tool-call jail on the content.
     jail: Option<ToolJail>,
     /// A forced tool choice with no tool-call parser: the guided JSON answer.
@@ -328,6 +331,7 @@ impl ResponseState {
             had_calls: false,
             held_calls: Vec::new(),
             jailed: String::new(),
+            answered_once: false,
             in_reasoning: false,
             content: String::new(),
             reasoning: String::new(),
@@ -436,6 +440,8 @@ impl ResponseState {
         // Calls were parsed and all dropped: the last chunk says `"content":""`.
         let mut emptied = false;
         if self.plan.tool_choice.forces_calls() {
+            choice.answered_once |= answered;
+            held |= choice.answered_once;
             choice.jailed.push_str(&self.delta.content);
             self.delta.content.clear();
             self.delta.calls_at = 0;
