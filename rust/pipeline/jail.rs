@@ -38,6 +38,7 @@ pub struct JailRules {
     starts: &'static [&'static str],
     ends: &'static [&'static str],
     trigger: Trigger,
+    forced_as_auto: bool,
 }
 
 impl JailRules {
@@ -74,7 +75,14 @@ impl JailRules {
             starts,
             ends,
             trigger,
+            forced_as_auto: name == "kimi_k2",
         }
+    }
+
+    /// Whether a forced tool choice (`required`, named) runs this family's usual
+    /// jail rather than holding the whole answer (kimi_k2, live-checked).
+    pub fn jails_forced_choice_as_auto(&self) -> bool {
+        self.forced_as_auto
     }
 
     /// The family's start heuristic (the reference's `detect_tool_call_start`).

@@ -289,18 +289,13 @@ impl ResponseState {
         // so only in its dialect); a forced tool choice holds the whole answer instead
         // (see `emit`).
         let jail = parsers
-            .filter(|spec| {
-                spec.reference_streaming
-                    && self.plan.surface == Surface::Chat
-                    && !self.plan.tool_choice.forces_calls()
-            })
+            .filter(|spec| spec.reference_streaming && self.plan.surface == Surface::Chat)
             .and_then(|spec| {
                 let family = spec.tool_call?;
                 let markers = family.build(spec.tools.clone()).start_markers();
-                Some(ToolJail::new(
-                    JailRules::for_family(family.name(), markers),
-                    spec,
-                ))
+                let rules = JailRules::for_family(family.name(), markers);
+                (!self.plan.tool_choice.forces_calls() || rules.jails_forced_choice_as_auto())
+                    .then(|| ToolJail::new(rules, spec))
             });
         let forced_unparsed = self.plan.surface == Surface::Chat
             && self.plan.tool_choice.forces_calls()
