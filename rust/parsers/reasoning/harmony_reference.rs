@@ -12,13 +12,19 @@
 //!   a role first); more words, or an empty channel, are a parse error;
 //! - `analysis` bodies are reasoning, `final` and recipient-less `commentary`
 //!   bodies are content, a `commentary` body with a recipient is a tool call
-//!   (its envelope goes to content from `<|channel|>` through `<|call|>`, for
-//!   the harmony tool parser); other channels, and no channel, are dropped;
+//!   (its envelope goes to content from `<|channel|>`, for the harmony tool
+//!   parser); other channels, and no channel, are dropped;
 //! - `<|end|>`, `<|return|>` and `<|call|>` end a body; other markers inside
 //!   one are text; a new message of a kind that already wrote text is
 //!   separated from it by `\n`;
 //! - between messages only `<|start|>` opens a header; anything else, and a
 //!   header that does not parse, drops text up to the next `<|start|>`;
+//! - a piece of output (one feed, with any marker prefix held before it) that
+//!   holds `<|call|>` also goes to content whole, as written, after what it
+//!   released (the tool parser finds calls in it); a call's envelope only
+//!   goes out this way, its header rebuilt when its body begins;
+//! - a parse error, and each piece dropped while resynchronizing, drops
+//!   everything the piece released;
 //! - whatever is still held when the output ends is dropped.
 
 use std::sync::OnceLock;
@@ -73,6 +79,10 @@ pub(super) struct ReferenceHarmony {
     reasoned: bool,
     answered: bool,
     separate: bool,
+    /// The piece being consumed holds `<|call|>`: it goes out whole at its end.
+    whole: bool,
+    /// The piece being consumed met a parse error.
+    failed: bool,
 }
 
 impl ReferenceHarmony {
@@ -89,6 +99,8 @@ impl ReferenceHarmony {
             reasoned: false,
             answered: false,
             separate: false,
+            whole: false,
+            failed: false,
         }
     }
 
@@ -161,7 +173,7 @@ impl ReferenceHarmony {
     fn text(&mut self, text: &str, out: &mut Delta) {
         match self.state {
             State::Header { .. } => self.header.push_str(text),
-            State::Body(Body::Call) => out.content.push_str(text),
+            State::Body(Body::Call) if !self.whole => out.content.push_str(text),
             State::Body(body @ (Body::Reasoning | Body::Content)) if !text.is_empty() => {
                 let (target, wrote) = if body == Body::Reasoning {
                     (&mut out.reasoning, &mut self.reasoned)
@@ -176,7 +188,7 @@ impl ReferenceHarmony {
                 target.push_str(text);
             }
             State::Body(_) => {}
-            State::ExpectStart if !text.is_empty() => self.state = State::Resync,
+            State::ExpectStart | State::Resync if !text.is_empty() => self.fail(),
             State::ExpectStart | State::Resync => {}
         }
     }
@@ -186,19 +198,17 @@ impl ReferenceHarmony {
             State::Header { role_known } if marker == MESSAGE => {
                 match self.open_body(role_known, out) {
                     Some(body) => State::Body(body),
-                    None => State::Resync,
+                    None => {
+                        self.failed = true;
+                        State::Resync
+                    }
                 }
             }
             State::Header { .. } => {
                 self.header.push_str(marker);
                 self.state
             }
-            State::Body(body) if [END, RETURN, CALL].contains(&marker) => {
-                if body == Body::Call && marker == CALL {
-                    out.content.push_str(marker);
-                }
-                State::ExpectStart
-            }
+            State::Body(_) if [END, RETURN, CALL].contains(&marker) => State::ExpectStart,
             State::Body(_) => {
                 self.text(marker, out);
                 self.state
@@ -206,8 +216,16 @@ impl ReferenceHarmony {
             State::ExpectStart | State::Resync if marker == START => {
                 State::Header { role_known: false }
             }
-            State::ExpectStart | State::Resync => State::Resync,
+            State::ExpectStart | State::Resync => {
+                self.failed = true;
+                State::Resync
+            }
         };
+    }
+
+    fn fail(&mut self) {
+        self.failed = true;
+        self.state = State::Resync;
     }
 }
 
@@ -217,6 +235,24 @@ impl HeldRun for ReferenceHarmony {
     }
 
     fn consume(&mut self, buf: &str, last: bool, out: &mut Delta) {
+        let (content, reasoning) = (out.content.len(), out.reasoning.len());
+        let ready = self.piece(buf, last, out);
+        if self.failed {
+            out.content.truncate(content);
+            out.reasoning.truncate(reasoning);
+        } else if self.whole {
+            out.content.push_str(&buf[..ready]);
+        }
+        self.whole = false;
+        self.failed = false;
+    }
+}
+
+impl ReferenceHarmony {
+    /// Consume one piece; returns how much of it was not held.
+    fn piece(&mut self, buf: &str, last: bool, out: &mut Delta) -> usize {
+        // A held tail is a proper prefix of a marker: never a whole `<|call|>`.
+        self.whole = buf.contains(CALL);
         let mut pos = 0;
         while pos < buf.len() {
             let rest = &buf[pos..];
@@ -229,14 +265,15 @@ impl HeldRun for ReferenceHarmony {
                 Scan::Partial { hold_from } if !last => {
                     self.text(&rest[..hold_from], out);
                     self.held.tail.push_str(&rest[hold_from..]);
-                    return;
+                    break;
                 }
                 Scan::Partial { .. } => {
                     self.text(rest, out);
-                    return;
+                    break;
                 }
             }
         }
+        buf.len() - self.held.tail.len()
     }
 }
 
