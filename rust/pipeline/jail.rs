@@ -55,6 +55,14 @@ impl JailRules {
                     &["<|tool_calls_section_end|>"],
                     Trigger::Marker,
                 ),
+                "harmony" => (
+                    &[
+                        "<|start|>assistant<|channel|>commentary",
+                        "<|channel|>commentary",
+                    ],
+                    &["<|call|>"],
+                    Trigger::Marker,
+                ),
                 "deepseek_v3" | "deepseek_v3_1" => (
                     &["<｜tool▁calls▁begin｜>"],
                     &["<｜tool▁calls▁end｜>"],
