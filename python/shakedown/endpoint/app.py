@@ -15,7 +15,8 @@ import hmac
 import logging
 import os
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from granian._granian import RSGIHTTPProtocol as HTTPProtocol
@@ -37,9 +38,16 @@ from shakedown._core import (
 )
 
 from .context import RequestContext
-from .frames import engine_frames, log_failure
+from .frames import (
+    ENGINE_ERRORS,
+    as_engine_error,
+    as_frame,
+    close_items,
+    log_failure,
+    open_items,
+)
 from .inflight import Active, InFlight, absorb_cancel
-from .registry import EngineRegistry, Registration
+from .registry import EngineItem, EngineRegistry, Registration
 
 log = logging.getLogger("shakedown.endpoint")
 
@@ -97,6 +105,16 @@ def engine_failure(err: BaseException) -> tuple[str, int]:
         if isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 500:
             return str(err), status
     return ENGINE_ERROR, 500
+
+
+def engine_failed(raised: BaseException, what: str, *args: object) -> tuple[str, int]:
+    """What the client is told about what an engine raised (`engine_failure`); a server
+    error is logged, with `what` (a format, with `args`) naming the request."""
+    err = as_engine_error(raised)
+    message, status = engine_failure(err)
+    if status >= 500:
+        log_failure("engine failed on " + what, *args, error=err)
+    return message, status
 
 
 def log_failed_frame(request_id: str, frame: bytes) -> None:
@@ -274,27 +292,32 @@ class EndpointApp:
             request = orjson.loads(exchange.engine_request)
             if exchange.stream:
                 sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, headers[-1]]
-                frames = engine_frames(registration, request, active.context)
                 # No local here: `_stream` must hold the only reference (see its finally).
                 await self._stream(
-                    proto.response_stream(200, sse_headers), exchange, frames, active
+                    proto.response_stream(200, sse_headers), exchange, registration, request, active
                 )
             else:
-                frames = engine_frames(registration, request, active.context)
-                status, body = await self._unary(exchange, frames, active)
+                status, body = await self._unary(exchange, registration, request, active)
                 if status:
                     proto.response_bytes(status, headers, body)
         finally:
             inflight.discard(active)
 
     async def _unary(
-        self, exchange: Exchange, frames: AsyncGenerator[bytes, None], active: Active
+        self,
+        exchange: Exchange,
+        registration: Registration,
+        request: dict[str, Any],
+        active: Active,
     ) -> tuple[int, bytes]:
         """The status and body to answer with; status 0 when the client has gone."""
         body = b""
+        items = None
         try:
             try:
-                async for frame in frames:
+                items = await open_items(registration, request, active.context)
+                async for item in items:
+                    frame = as_frame(item)
                     # Unary: only a frame that fails the request writes (its error body).
                     body += exchange.feed(frame)
                     if active.interrupted:
@@ -305,7 +328,7 @@ class EndpointApp:
                         active.context.stop_generating()
                         break
             finally:
-                await frames.aclose()
+                await close_items(items)
             body += exchange.finish()
             return exchange.status, body
         except asyncio.CancelledError:
@@ -315,10 +338,8 @@ class EndpointApp:
             if active.disconnected:
                 return 0, b""
             return 503, error_body(503, SHUTTING_DOWN)
-        except Exception as err:
-            message, status = engine_failure(err)
-            if status >= 500:
-                log_failure("engine failed on request %s", active.context.id)
+        except ENGINE_ERRORS as raised:
+            message, status = engine_failed(raised, "request %s", active.context.id)
             body = exchange.fail(message, status)
             return exchange.status, body
 
@@ -326,14 +347,18 @@ class EndpointApp:
         self,
         transport: StreamTransport,
         exchange: Exchange,
-        frames: AsyncGenerator[bytes, None],
+        registration: Registration,
+        request: dict[str, Any],
         active: Active,
     ) -> None:
         ended = False
         last = b""  # the frames that finished the response go out with its closing ones
+        items = None
         try:
             try:
-                async for frame in frames:
+                items = await open_items(registration, request, active.context)
+                async for item in items:
+                    frame = as_frame(item)
                     out = exchange.feed(frame)
                     if exchange.finished and not active.interrupted:
                         # Only a failure ends the stream from a frame ([DONE] after its error).
@@ -347,7 +372,7 @@ class EndpointApp:
                     if active.interrupted:
                         raise asyncio.CancelledError
             finally:
-                await frames.aclose()
+                await close_items(items)
             last += exchange.finish()
             ended = True
             await transport.send_bytes(last)
@@ -359,10 +384,8 @@ class EndpointApp:
             absorb_cancel(active.task)
             if active.stopping and not active.disconnected and not ended:
                 await self._send_last(transport, last + exchange.fail(SHUTTING_DOWN))
-        except Exception as err:
-            message, status = engine_failure(err)
-            if status >= 500:
-                log_failure("engine failed on streaming request %s", active.context.id)
+        except ENGINE_ERRORS as raised:
+            message, status = engine_failed(raised, "streaming request %s", active.context.id)
             if not ended:
                 await self._send_last(transport, last + exchange.fail(message, status))
         finally:
@@ -417,15 +440,16 @@ class EndpointApp:
 
         async def pump(part: int) -> None:
             request = orjson.loads(batch.engine_requests[part])
-            frames = engine_frames(registration, request, contexts[part])
+            items: AsyncIterator[EngineItem] | None = None
             try:
-                async for frame in frames:
-                    arrived.put_nowait((part, frame))
+                items = await open_items(registration, request, contexts[part])
+                async for item in items:
+                    arrived.put_nowait((part, as_frame(item)))
                 arrived.put_nowait((part, None))
-            except Exception as err:
-                arrived.put_nowait((part, err))
+            except ENGINE_ERRORS as err:
+                arrived.put_nowait((part, as_engine_error(err)))
             finally:
-                await frames.aclose()
+                await close_items(items)
 
         pumps = [asyncio.ensure_future(pump(part)) for part in range(len(contexts))]
         running = set(range(len(pumps)))
