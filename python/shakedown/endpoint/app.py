@@ -147,6 +147,7 @@ class EndpointApp:
         self.body_read_timeout = body_read_timeout
         self._closing = False
         self._inflight = InFlight(body_read_timeout)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._not_ready = model_not_ready(pipeline.served_name).body
 
     @property
@@ -158,6 +159,11 @@ class EndpointApp:
         self._closing = True
         for active in list(self._inflight.active):
             active.stop()
+
+    def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        """granian starts serving the app on `loop`. Each request would otherwise ask asyncio
+        for its loop and task, and each such question costs a getpid() system call."""
+        self._loop = loop
 
     async def __rsgi__(self, scope: Scope, proto: HTTPProtocol) -> None:
         try:
@@ -243,11 +249,14 @@ class EndpointApp:
         if not is_json_content_type(scope.headers.get("content-type")):
             proto.response_bytes(415, JSON_HEADERS, unsupported_media_type().body)
             return
-        task = asyncio.current_task()
+        loop = self._loop
+        if loop is None:  # not served by granian, which calls `__rsgi_init__`
+            loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         if task is None:  # granian's asyncio task implementation always gives one
             raise RuntimeError("the endpoint must run handlers as asyncio tasks")
         inflight = self._inflight
-        inflight.reading(task)
+        inflight.reading(task, loop)
         try:
             body = await self._read_body(scope, proto)
         except asyncio.CancelledError:
@@ -284,20 +293,25 @@ class EndpointApp:
             proto.response_bytes(503, headers, self._not_ready)
             return
         if isinstance(exchange, CompletionBatch):
-            await self._fan_out(proto, exchange, registration, headers, echoed)
+            await self._fan_out(proto, exchange, registration, headers, echoed, task, loop)
             return
         active = Active(task, RequestContext(exchange.request_id), proto)
-        inflight.add(active)
+        inflight.add(active, loop)
         try:
             request = orjson.loads(exchange.engine_request)
             if exchange.stream:
                 sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, headers[-1]]
                 # No local here: `_stream` must hold the only reference (see its finally).
                 await self._stream(
-                    proto.response_stream(200, sse_headers), exchange, registration, request, active
+                    proto.response_stream(200, sse_headers),
+                    exchange,
+                    registration,
+                    request,
+                    active,
+                    loop,
                 )
             else:
-                status, body = await self._unary(exchange, registration, request, active)
+                status, body = await self._unary(exchange, registration, request, active, loop)
                 if status:
                     proto.response_bytes(status, headers, body)
         finally:
@@ -309,13 +323,14 @@ class EndpointApp:
         registration: Registration,
         request: dict[str, Any],
         active: Active,
+        loop: asyncio.AbstractEventLoop,
     ) -> tuple[int, bytes]:
         """The status and body to answer with; status 0 when the client has gone."""
         body = b""
         items = None
         try:
             try:
-                items = await open_items(registration, request, active.context)
+                items = await open_items(registration, request, active.context, loop)
                 async for item in items:
                     frame = as_frame(item)
                     # Unary: only a frame that fails the request writes (its error body).
@@ -350,13 +365,14 @@ class EndpointApp:
         registration: Registration,
         request: dict[str, Any],
         active: Active,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         ended = False
         last = b""  # the frames that finished the response go out with its closing ones
         items = None
         try:
             try:
-                items = await open_items(registration, request, active.context)
+                items = await open_items(registration, request, active.context, loop)
                 async for item in items:
                     frame = as_frame(item)
                     out = exchange.feed(frame)
@@ -401,19 +417,19 @@ class EndpointApp:
         registration: Registration,
         headers: list[tuple[str, str]],
         echoed: str | None,
+        task: asyncio.Task[Any],
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         """Several prompts: one engine stream per prompt, run together, their frames merged
         by the batch as they arrive (one body, or one stream with one [DONE])."""
-        task = asyncio.current_task()
-        assert task is not None  # _generate checked it
         active = Active(task, RequestContext(batch.request_id), proto)
-        self._inflight.add(active)
+        self._inflight.add(active, loop)
         transport: StreamTransport | None = None
         try:
             if batch.stream:
                 sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, headers[-1]]
                 transport = proto.response_stream(200, sse_headers)
-            body = await self._merge(batch, registration, active, transport)
+            body = await self._merge(batch, registration, active, transport, loop)
             if transport is not None:
                 with contextlib.suppress(ProtocolClosed):
                     await transport.send_bytes(body)
@@ -431,6 +447,7 @@ class EndpointApp:
         registration: Registration,
         active: Active,
         transport: StreamTransport | None,
+        loop: asyncio.AbstractEventLoop,
     ) -> bytes:
         """Run every prompt's engine stream; stream out what the batch gives (when
         `transport`), and return what is left to send: the closing bytes, the unary body,
@@ -442,7 +459,7 @@ class EndpointApp:
             request = orjson.loads(batch.engine_requests[part])
             items: AsyncIterator[EngineItem] | None = None
             try:
-                items = await open_items(registration, request, contexts[part])
+                items = await open_items(registration, request, contexts[part], loop)
                 async for item in items:
                     arrived.put_nowait((part, as_frame(item)))
                 arrived.put_nowait((part, None))

@@ -105,8 +105,8 @@ async def _remote_frames(
     loop: asyncio.AbstractEventLoop,
     request: dict[str, Any],
     context: RequestContext,
+    here: asyncio.AbstractEventLoop,
 ) -> AsyncGenerator[bytes, None]:
-    here = asyncio.get_running_loop()
     queue: asyncio.Queue[bytes | _End] = asyncio.Queue()
 
     def deliver(item: bytes | _End) -> None:
@@ -152,11 +152,15 @@ async def _remote_frames(
 
 
 async def open_items(
-    registration: Registration, request: dict[str, Any], context: RequestContext
+    registration: Registration,
+    request: dict[str, Any],
+    context: RequestContext,
+    here: asyncio.AbstractEventLoop,
 ) -> AsyncIterator[EngineItem]:
-    """The engine's stream of items for `request`: its own generator when it runs on this
-    loop, else a generator of its items serialized on its loop."""
+    """The engine's stream of items for `request`, opened on the loop `here`: the engine's
+    own generator when it runs on that loop, else a generator of its items serialized on
+    its loop."""
     engine, loop = registration
-    if loop is None or loop is asyncio.get_running_loop():
+    if loop is None or loop is here:
         return await _open(engine, request, context)
-    return _remote_frames(engine, loop, request, context)
+    return _remote_frames(engine, loop, request, context, here)
