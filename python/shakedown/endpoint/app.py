@@ -301,14 +301,8 @@ class EndpointApp:
             request = orjson.loads(exchange.engine_request)
             if exchange.stream:
                 sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, headers[-1]]
-                # No local here: `_stream` must hold the only reference (see its finally).
                 await self._stream(
-                    proto.response_stream(200, sse_headers),
-                    exchange,
-                    registration,
-                    request,
-                    active,
-                    loop,
+                    proto, sse_headers, exchange, registration, request, active, loop
                 )
             else:
                 status, body = await self._unary(exchange, registration, request, active, loop)
@@ -360,13 +354,18 @@ class EndpointApp:
 
     async def _stream(
         self,
-        transport: StreamTransport,
+        proto: HTTPProtocol,
+        sse_headers: list[tuple[str, str]],
         exchange: Exchange,
         registration: Registration,
         request: dict[str, Any],
         active: Active,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        """The SSE response. It starts with its first bytes: a reply whose first engine item
+        finishes it (a batch) goes out as head, events and end in one go, which granian
+        writes at once instead of waking for each."""
+        transport: StreamTransport | None = None  # held here only: see the finally
         ended = False
         last = b""  # the frames that finished the response go out with its closing ones
         items = None
@@ -384,6 +383,8 @@ class EndpointApp:
                         last = out
                         break
                     if out:
+                        if transport is None:
+                            transport = proto.response_stream(200, sse_headers)
                         await transport.send_bytes(out)
                     if active.interrupted:
                         raise asyncio.CancelledError
@@ -391,6 +392,8 @@ class EndpointApp:
                 await close_items(items)
             last += exchange.finish()
             ended = True
+            if transport is None:
+                transport = proto.response_stream(200, sse_headers)
             await transport.send_bytes(last)
         except ProtocolClosed:
             active.context.stop_generating()
@@ -399,11 +402,13 @@ class EndpointApp:
                 raise
             absorb_cancel(active.task)
             if active.stopping and not active.disconnected and not ended:
-                await self._send_last(transport, last + exchange.fail(SHUTTING_DOWN))
+                last += exchange.fail(SHUTTING_DOWN)
+                await self._send_last(transport or proto.response_stream(200, sse_headers), last)
         except ENGINE_ERRORS as raised:
             message, status = engine_failed(raised, "streaming request %s", active.context.id)
             if not ended:
-                await self._send_last(transport, last + exchange.fail(message, status))
+                last += exchange.fail(message, status)
+                await self._send_last(transport or proto.response_stream(200, sse_headers), last)
         finally:
             # granian ends the response when the transport is freed. Drop it now, so a
             # traceback that outlives this frame (a reference cycle, a log record) can't
