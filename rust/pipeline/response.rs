@@ -43,6 +43,9 @@ struct Choice {
     held_calls: Vec<crate::parsers::CallDelta>,
     /// A forced tool choice: the answer text, released only if no call was parsed.
     jailed: String,
+    /// The reasoning stage has passed answer text: from then on, under a forced
+    /// tool choice, every frame's content (empty too) goes into the jail.
+    answered_once: bool,
     /// Tools in play (not forced): Dynamo's tool-call jail on the content.
     jail: Option<ToolJail>,
     /// A forced tool choice with no tool-call parser: the guided JSON answer.
@@ -286,18 +289,13 @@ impl ResponseState {
         // so only in its dialect); a forced tool choice holds the whole answer instead
         // (see `emit`).
         let jail = parsers
-            .filter(|spec| {
-                spec.reference_streaming
-                    && self.plan.surface == Surface::Chat
-                    && !self.plan.tool_choice.forces_calls()
-            })
+            .filter(|spec| spec.reference_streaming && self.plan.surface == Surface::Chat)
             .and_then(|spec| {
                 let family = spec.tool_call?;
                 let markers = family.build(spec.tools.clone()).start_markers();
-                Some(ToolJail::new(
-                    JailRules::for_family(family.name(), markers),
-                    spec,
-                ))
+                let rules = JailRules::for_family(family.name(), markers);
+                (!self.plan.tool_choice.forces_calls() || rules.jails_forced_choice_as_auto())
+                    .then(|| ToolJail::new(rules, spec))
             });
         let forced_unparsed = self.plan.surface == Surface::Chat
             && self.plan.tool_choice.forces_calls()
@@ -328,6 +326,7 @@ impl ResponseState {
             had_calls: false,
             held_calls: Vec::new(),
             jailed: String::new(),
+            answered_once: false,
             in_reasoning: false,
             content: String::new(),
             reasoning: String::new(),
@@ -436,6 +435,8 @@ impl ResponseState {
         // Calls were parsed and all dropped: the last chunk says `"content":""`.
         let mut emptied = false;
         if self.plan.tool_choice.forces_calls() {
+            choice.answered_once |= answered;
+            held |= choice.answered_once;
             choice.jailed.push_str(&self.delta.content);
             self.delta.content.clear();
             self.delta.calls_at = 0;
@@ -698,12 +699,11 @@ impl ResponseState {
             });
         }
         if let Some(parsed) = finalized {
-            parts.push(JailedPart::parsed(
-                parsed,
-                finish,
-                parallel,
-                &mut choice.calls_released,
-            ));
+            let mut part = JailedPart::parsed(parsed, finish, parallel, &mut choice.calls_released);
+            // Calls released at the end of output carry the finish reason (`stop`
+            // becomes `tool_calls` below, `length` stays).
+            part.finish = finish;
+            parts.push(part);
         }
         if ending {
             choice.finished = true;
