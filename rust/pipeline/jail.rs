@@ -14,7 +14,9 @@
 //! released with the finish reason. Only the pipeline (which reproduces the
 //! reference) uses this module; the standalone parsers stream calls as they close.
 
+use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
+use crate::parsers::tools::json_calls::pythonic_whole::parse_whole;
 use crate::parsers::ToolCall;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
@@ -251,6 +253,9 @@ impl ToolJail {
     }
 
     fn parse(&self, text: &str) -> Parsed {
+        if self.rules.trigger == Trigger::Pythonic {
+            return parse_pythonic(text);
+        }
         let (message, _) = parse_with(text, &self.tools);
         if message.tool_calls.is_empty() {
             // Held text with a start marker and no call in it is dropped whole.
@@ -269,6 +274,35 @@ impl ToolJail {
             calls: message.tool_calls,
             content: message.content.trim().to_owned(),
         }
+    }
+}
+
+/// Dynamo's pythonic parser over the held text: a call list that is not valid
+/// Python loses the whole text (the reference releases an empty content).
+fn parse_pythonic(text: &str) -> Parsed {
+    match parse_whole(text) {
+        Ok(parse) if !parse.calls.is_empty() => Parsed {
+            calls: parse
+                .calls
+                .into_iter()
+                .enumerate()
+                .map(|(index, (name, arguments))| ToolCall {
+                    index,
+                    id: new_call_id(),
+                    name,
+                    arguments,
+                })
+                .collect(),
+            content: parse.content,
+        },
+        Ok(_) => Parsed {
+            calls: Vec::new(),
+            content: text.to_owned(),
+        },
+        Err(_) => Parsed {
+            calls: Vec::new(),
+            content: String::new(),
+        },
     }
 }
 

@@ -698,12 +698,11 @@ impl ResponseState {
             });
         }
         if let Some(parsed) = finalized {
-            parts.push(JailedPart::parsed(
-                parsed,
+            // The release at the end of output carries the finish reason, calls or not.
+            parts.push(JailedPart {
                 finish,
-                parallel,
-                &mut choice.calls_released,
-            ));
+                ..JailedPart::parsed(parsed, finish, parallel, &mut choice.calls_released)
+            });
         }
         if ending {
             choice.finished = true;
