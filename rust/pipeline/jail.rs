@@ -37,6 +37,9 @@ pub struct JailRules {
     starts: &'static [&'static str],
     ends: &'static [&'static str],
     trigger: Trigger,
+    /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
+    /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
+    json_after_marker: bool,
 }
 
 impl JailRules {
@@ -68,7 +71,19 @@ impl JailRules {
             starts,
             ends,
             trigger,
+            json_after_marker: name == "mistral",
         }
+    }
+
+    /// Whether the text has a start marker and none of them is followed by JSON.
+    fn marker_without_json(&self, text: &str) -> bool {
+        self.starts.iter().any(|m| {
+            let mut segments = text.split(m);
+            segments.next();
+            let mut segments = segments.peekable();
+            segments.peek().is_some()
+                && segments.all(|seg| !seg.trim_start().starts_with(['{', '[']))
+        })
     }
 
     /// The family's start heuristic (the reference's `detect_tool_call_start`).
@@ -257,7 +272,9 @@ impl ToolJail {
             return parse_pythonic(text);
         }
         let (message, _) = parse_with(text, &self.tools);
-        if message.tool_calls.is_empty() {
+        if message.tool_calls.is_empty()
+            || (self.rules.json_after_marker && self.rules.marker_without_json(text))
+        {
             // Held text with a start marker and no call in it is dropped whole.
             let marked = self.rules.starts.iter().any(|m| text.contains(m));
             return Parsed {
