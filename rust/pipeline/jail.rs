@@ -14,7 +14,9 @@
 //! released with the finish reason. Only the pipeline (which reproduces the
 //! reference) uses this module; the standalone parsers stream calls as they close.
 
+use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
+use crate::parsers::tools::json_calls::pythonic_whole::parse_whole;
 use crate::parsers::ToolCall;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
@@ -41,6 +43,9 @@ pub struct JailRules {
     forced_as_auto: bool,
     /// A whole parse with calls keeps only the text before the first start marker.
     content_before_start: bool,
+    /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
+    /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
+    json_after_marker: bool,
 }
 
 impl JailRules {
@@ -61,6 +66,14 @@ impl JailRules {
                     &["<|tool_calls_section_end|>"],
                     Trigger::Marker,
                 ),
+                "harmony" => (
+                    &[
+                        "<|start|>assistant<|channel|>commentary",
+                        "<|channel|>commentary",
+                    ],
+                    &["<|call|>"],
+                    Trigger::Marker,
+                ),
                 "deepseek_v3" => (
                     &["<｜tool▁calls▁begin｜>"],
                     &["<｜tool▁calls▁end｜>"],
@@ -79,6 +92,7 @@ impl JailRules {
             trigger,
             forced_as_auto: name == "kimi_k2",
             content_before_start: matches!(name, "kimi_k2" | "deepseek_v3_1"),
+            json_after_marker: name == "mistral",
         }
     }
 
@@ -86,6 +100,17 @@ impl JailRules {
     /// jail rather than holding the whole answer (kimi_k2, live-checked).
     pub fn jails_forced_choice_as_auto(&self) -> bool {
         self.forced_as_auto
+    }
+
+    /// Whether the text has a start marker and none of them is followed by JSON.
+    fn marker_without_json(&self, text: &str) -> bool {
+        self.starts.iter().any(|m| {
+            let mut segments = text.split(m);
+            segments.next();
+            let mut segments = segments.peekable();
+            segments.peek().is_some()
+                && segments.all(|seg| !seg.trim_start().starts_with(['{', '[']))
+        })
     }
 
     /// The family's start heuristic (the reference's `detect_tool_call_start`).
@@ -282,8 +307,13 @@ impl ToolJail {
     }
 
     fn parse(&self, text: &str) -> Parsed {
+        if self.rules.trigger == Trigger::Pythonic {
+            return parse_pythonic(text);
+        }
         let (message, _) = parse_with(text, &self.tools);
-        if message.tool_calls.is_empty() {
+        if message.tool_calls.is_empty()
+            || (self.rules.json_after_marker && self.rules.marker_without_json(text))
+        {
             // Held text with a start marker and no call in it is dropped whole.
             let marked = self.rules.has_start(text);
             return Parsed {
@@ -305,6 +335,35 @@ impl ToolJail {
             calls: message.tool_calls,
             content: content.trim().to_owned(),
         }
+    }
+}
+
+/// Dynamo's pythonic parser over the held text: a call list that is not valid
+/// Python loses the whole text (the reference releases an empty content).
+fn parse_pythonic(text: &str) -> Parsed {
+    match parse_whole(text) {
+        Ok(parse) if !parse.calls.is_empty() => Parsed {
+            calls: parse
+                .calls
+                .into_iter()
+                .enumerate()
+                .map(|(index, (name, arguments))| ToolCall {
+                    index,
+                    id: new_call_id(),
+                    name,
+                    arguments,
+                })
+                .collect(),
+            content: parse.content,
+        },
+        Ok(_) => Parsed {
+            calls: Vec::new(),
+            content: text.to_owned(),
+        },
+        Err(_) => Parsed {
+            calls: Vec::new(),
+            content: String::new(),
+        },
     }
 }
 
