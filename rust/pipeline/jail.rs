@@ -43,6 +43,10 @@ pub struct JailRules {
     forced_as_auto: bool,
     /// A whole parse with calls keeps only the text before the first start marker.
     content_before_start: bool,
+    /// A start marker matched only whole (its prefixes pass), that opens a jail
+    /// with its own end markers: deepseek_v3_1's `<｜tool▁call▁begin｜>` ends at
+    /// `<｜tool▁call▁end｜>` (live-checked).
+    own_end: Option<(&'static str, &'static [&'static str])>,
     /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
     /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
     json_after_marker: bool,
@@ -92,6 +96,8 @@ impl JailRules {
             trigger,
             forced_as_auto: name == "kimi_k2",
             content_before_start: matches!(name, "kimi_k2" | "deepseek_v3_1"),
+            own_end: (name == "deepseek_v3_1")
+                .then_some(("<｜tool▁call▁begin｜>", &["<｜tool▁call▁end｜>"])),
             json_after_marker: name == "mistral",
         }
     }
@@ -100,6 +106,14 @@ impl JailRules {
     /// jail rather than holding the whole answer (kimi_k2, live-checked).
     pub fn jails_forced_choice_as_auto(&self) -> bool {
         self.forced_as_auto
+    }
+
+    /// The end markers of a jail whose held text is `held`.
+    fn ends_of(&self, held: &str) -> &'static [&'static str] {
+        match self.own_end {
+            Some((start, ends)) if held.starts_with(start) => ends,
+            _ => self.ends,
+        }
     }
 
     /// Whether the text has a start marker and none of them is followed by JSON.
@@ -144,7 +158,10 @@ impl JailRules {
 
     /// Whether `text` holds a complete start marker.
     fn has_start(&self, text: &str) -> bool {
-        self.starts.iter().any(|m| text.contains(m))
+        self.starts
+            .iter()
+            .chain(self.own_end.as_ref().map(|(start, _)| start))
+            .any(|m| text.contains(m))
     }
 
     /// What the reference's marker matcher looks for: the start markers, or, for a
@@ -162,6 +179,7 @@ impl JailRules {
     fn find_start(&self, text: &str) -> Option<(usize, usize)> {
         self.patterns()
             .iter()
+            .chain(self.own_end.as_ref().map(|(start, _)| start))
             .filter_map(|m| text.find(m).map(|at| (at, m.len())))
             .min_by_key(|&(at, _)| at)
     }
@@ -280,7 +298,7 @@ impl ToolJail {
     fn try_end(&mut self, out: &mut Released) {
         let end = self
             .rules
-            .ends
+            .ends_of(&self.held)
             .iter()
             .find_map(|m| self.held.find(m).map(|at| at + m.len()));
         let end = match end {

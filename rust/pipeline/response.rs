@@ -414,9 +414,15 @@ impl ResponseState {
         // The step's answer text went into the forced tool choice's jail.
         let mut held = false;
         if let Some(guided) = choice.guided.as_mut() {
-            // Held: answer text went in, or no text came at all (a cut character);
+            // Held: answer text went in, or, with no tool parser, no text came at
+            // all (a cut character; with one, that frame makes its role chunk);
             // text the reasoning parser took still makes its chunk.
-            held = !self.delta.content.is_empty() || self.piece.is_empty();
+            let tool_parser = self
+                .plan
+                .parsers
+                .as_ref()
+                .is_some_and(|s| s.tool_call.is_some());
+            held = !self.delta.content.is_empty() || (self.piece.is_empty() && !tool_parser);
             match guided.feed(&self.delta.content) {
                 Shape::Json => {
                     self.delta.content.clear();
@@ -480,13 +486,17 @@ impl ResponseState {
                 if !calls.is_empty() {
                     self.delta.calls = calls;
                 } else if !parsed && !jailed.is_empty() {
-                    // Unary keeps it only when the model stopped by itself.
+                    // Unary keeps it whole only when the model stopped by itself;
+                    // otherwise only the text before a start marker, if any.
                     if self.plan.stream || finish == Some("stop") {
                         self.delta.content = jailed;
+                    } else if let Some(at) = first_start_marker(&self.plan, &jailed) {
+                        self.delta.content = jailed[..at].to_owned();
                     }
-                } else if !parsed {
-                    // Nothing to release: Dynamo sends no last chunk at all, so the
-                    // finish reason is lost too.
+                } else if !parsed && reasoning_runs(&self.plan) {
+                    // Nothing to release after reasoning: Dynamo sends no last
+                    // chunk at all, so the finish reason is lost too (an empty
+                    // answer with no reasoning stage still gets its finish chunk).
                     finish = None;
                 }
                 emptied = parsed && self.delta.calls.is_empty();
@@ -817,6 +827,20 @@ impl ResponseState {
             sse::end_event(out);
         }
     }
+}
+
+/// Where the first tool-call start marker of the request's family begins.
+fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
+    let spec = plan.parsers.as_ref()?;
+    let markers = spec.tool_call?.build(spec.tools.clone()).start_markers();
+    markers.iter().filter_map(|m| text.find(m)).min()
+}
+
+/// Whether a reasoning stage runs on the request's answers.
+fn reasoning_runs(plan: &ResponsePlan) -> bool {
+    plan.parsers
+        .as_ref()
+        .is_some_and(|spec| spec.active_reasoning().is_some())
 }
 
 /// Fold one step's delta into a unary choice.
