@@ -44,8 +44,9 @@ pub struct JailRules {
     /// A whole parse with calls keeps only the text before the first start marker.
     content_before_start: bool,
     /// A start marker matched only whole (its prefixes pass), that opens a jail
-    /// with its own end markers: deepseek_v3_1's `<｜tool▁call▁begin｜>` ends at
-    /// `<｜tool▁call▁end｜>` (live-checked).
+    /// with its own end markers besides the family's: deepseek_v3_1's
+    /// `<｜tool▁call▁begin｜>` ends at `<｜tool▁call▁end｜>` once a call parsed, or
+    /// at `<｜tool▁calls▁end｜>` (live-checked).
     own_end: Option<(&'static str, &'static [&'static str])>,
     /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
     /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
@@ -108,12 +109,10 @@ impl JailRules {
         self.forced_as_auto
     }
 
-    /// The end markers of a jail whose held text is `held`.
-    fn ends_of(&self, held: &str) -> &'static [&'static str] {
-        match self.own_end {
-            Some((start, ends)) if held.starts_with(start) => ends,
-            _ => self.ends,
-        }
+    /// Whether the jail holding `held` was opened by the marker with its own end.
+    fn opened_by_own_end(&self, held: &str) -> bool {
+        self.own_end
+            .is_some_and(|(start, _)| held.starts_with(start))
     }
 
     /// Whether the text has a start marker and none of them is followed by JSON.
@@ -296,11 +295,17 @@ impl ToolJail {
     /// start marker opened it (JSON a start guess jailed), where a whole parse finds
     /// calls.
     fn try_end(&mut self, out: &mut Released) {
-        let end = self
-            .rules
-            .ends_of(&self.held)
-            .iter()
-            .find_map(|m| self.held.find(m).map(|at| at + m.len()));
+        let find_end = |ends: &[&str]| {
+            ends.iter()
+                .find_map(|m| self.held.find(m).map(|at| at + m.len()))
+        };
+        let own_end = match self.rules.own_end {
+            Some((start, ends)) if self.held.starts_with(start) => {
+                find_end(ends).filter(|&end| !self.parse(&self.held[..end]).calls.is_empty())
+            }
+            _ => None,
+        };
+        let end = own_end.into_iter().chain(find_end(self.rules.ends)).min();
         let end = match end {
             Some(end) => end,
             None if (self.rules.ends.is_empty() || !self.rules.has_start(&self.held))
@@ -332,8 +337,12 @@ impl ToolJail {
         if message.tool_calls.is_empty()
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
         {
-            // Held text with a start marker and no call in it is dropped whole.
-            let marked = self.rules.has_start(text);
+            // Held text with a start marker and no call in it is dropped whole;
+            // but a jail its own-end marker opened keeps it whole once a family
+            // start marker follows (live-checked, deepseek_v3_1).
+            let marked = self.rules.has_start(text)
+                && !(self.rules.opened_by_own_end(text)
+                    && self.rules.starts.iter().any(|m| text.contains(m)));
             return Parsed {
                 calls: Vec::new(),
                 content: if marked {
