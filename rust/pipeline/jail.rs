@@ -40,6 +40,9 @@ pub struct JailRules {
     /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
     /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
     json_after_marker: bool,
+    /// The jail also ends where a whole parse finds calls (families without an
+    /// end marker, and `default`, whose `</TOOLCALL>` is optional).
+    ends_on_calls: bool,
 }
 
 impl JailRules {
@@ -72,6 +75,7 @@ impl JailRules {
             ends,
             trigger,
             json_after_marker: name == "mistral",
+            ends_on_calls: ends.is_empty() || name == "default",
         }
     }
 
@@ -237,7 +241,7 @@ impl ToolJail {
         Some(self.parse(&held))
     }
 
-    /// The jail ends at the first end marker or, in a family without one, where a whole
+    /// The jail ends at the first end marker or (see `ends_on_calls`) where a whole
     /// parse finds calls.
     fn try_end(&mut self, out: &mut Released) {
         let end = self
@@ -247,7 +251,7 @@ impl ToolJail {
             .find_map(|m| self.held.find(m).map(|at| at + m.len()));
         let end = match end {
             Some(end) => end,
-            None if self.rules.ends.is_empty()
+            None if self.rules.ends_on_calls
                 && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
@@ -271,7 +275,9 @@ impl ToolJail {
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);
         }
-        let (message, _) = parse_with(text, &self.tools);
+        // The reference trims the held text before parsing it (a string cut by the
+        // end of output loses its trailing spaces before it is closed).
+        let (message, _) = parse_with(text.trim_end(), &self.tools);
         if message.tool_calls.is_empty()
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
         {
