@@ -16,6 +16,7 @@
 
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
+use crate::parsers::json::{JsonScanner, Scanned};
 use crate::parsers::tools::json_calls::pythonic_whole::parse_whole;
 use crate::parsers::ToolCall;
 
@@ -52,7 +53,12 @@ impl JailRules {
         let (starts, ends, trigger): (&'static [&'static str], &'static [&'static str], _) =
             match name {
                 "hermes" | "qwen25" => (&["<tool_call>"], &["</tool_call>"], Trigger::Json),
-                "default" | "nemotron_deci" => (&["<TOOLCALL>"], &["</TOOLCALL>"], Trigger::Json),
+                "default" => (
+                    &["<TOOLCALL>", "<|python_tag|>"],
+                    &["</TOOLCALL>"],
+                    Trigger::Json,
+                ),
+                "nemotron_deci" => (&["<TOOLCALL>"], &["</TOOLCALL>"], Trigger::Json),
                 "mistral" => (&["[TOOL_CALLS]"], &[], Trigger::Json),
                 "llama3_json" => (&["<|python_tag|>"], &[], Trigger::Json),
                 "phi4" => (&["functools"], &[], Trigger::Json),
@@ -265,6 +271,20 @@ impl ToolJail {
         out.trailing.push_str(&held[end..]);
     }
 
+    /// Bare JSON (no start marker) is read from its first `{` or `[` to the end of
+    /// the held text: a value followed by more text is no call in the reference.
+    fn bare_json_with_trailing_text(&self, text: &str) -> bool {
+        if self.rules.starts.iter().any(|m| text.contains(m)) {
+            return false;
+        }
+        let text = text.trim();
+        let Some(at) = text.find(['{', '[']) else {
+            return false;
+        };
+        let json = &text[at..];
+        matches!(JsonScanner::new().feed(json.as_bytes()), Scanned::Done(n) if n < json.len())
+    }
+
     /// The reference's whole parse is strict: JSON and Python lists parse only once
     /// every bracket they opened is closed.
     fn could_be_whole(&self) -> bool {
@@ -279,6 +299,7 @@ impl ToolJail {
         // end of output loses its trailing spaces before it is closed).
         let (message, _) = parse_with(text.trim_end(), &self.tools);
         if message.tool_calls.is_empty()
+            || (self.rules.trigger == Trigger::Json && self.bare_json_with_trailing_text(text))
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
         {
             // Held text with a start marker and no call in it is dropped whole.
