@@ -28,6 +28,9 @@ enum Trigger {
     Json,
     /// Marker families: a start marker, or a prefix of one ending the text.
     Marker,
+    /// DeepSeek V3.1: as `Marker`, on the text with its surrounding whitespace
+    /// trimmed (`< ` ends with `<`).
+    TrimmedMarker,
     /// Pythonic: any `[`.
     Pythonic,
 }
@@ -38,6 +41,7 @@ pub struct JailRules {
     starts: &'static [&'static str],
     ends: &'static [&'static str],
     trigger: Trigger,
+    forced_as_auto: bool,
     /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
     /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
     json_after_marker: bool,
@@ -69,10 +73,23 @@ impl JailRules {
                     &["<|tool_calls_section_end|>"],
                     Trigger::Marker,
                 ),
-                "deepseek_v3" | "deepseek_v3_1" => (
+                "harmony" => (
+                    &[
+                        "<|start|>assistant<|channel|>commentary",
+                        "<|channel|>commentary",
+                    ],
+                    &["<|call|>"],
+                    Trigger::Marker,
+                ),
+                "deepseek_v3" => (
                     &["<｜tool▁calls▁begin｜>"],
                     &["<｜tool▁calls▁end｜>"],
                     Trigger::Marker,
+                ),
+                "deepseek_v3_1" => (
+                    &["<｜tool▁calls▁begin｜>"],
+                    &["<｜tool▁calls▁end｜>"],
+                    Trigger::TrimmedMarker,
                 ),
                 _ => (markers, &[], Trigger::Marker),
             };
@@ -80,9 +97,16 @@ impl JailRules {
             starts,
             ends,
             trigger,
+            forced_as_auto: name == "kimi_k2",
             json_after_marker: name == "mistral",
             ends_on_calls: ends.is_empty() || name == "default",
         }
+    }
+
+    /// Whether a forced tool choice (`required`, named) runs this family's usual
+    /// jail rather than holding the whole answer (kimi_k2, live-checked).
+    pub fn jails_forced_choice_as_auto(&self) -> bool {
+        self.forced_as_auto
     }
 
     /// Whether the text has a start marker and none of them is followed by JSON.
@@ -112,12 +136,22 @@ impl JailRules {
                                 })
                         }))
             }
-            Trigger::Marker => self
-                .starts
-                .iter()
-                .any(|m| text.contains(m) || prefixes(m).any(|p| text.ends_with(p))),
+            Trigger::Marker => self.marker_or_prefix_ends(text),
+            Trigger::TrimmedMarker => self.marker_or_prefix_ends(text.trim()),
             Trigger::Pythonic => text.trim().contains('['),
         }
+    }
+
+    /// A start marker anywhere, or a prefix of one ending `text`.
+    fn marker_or_prefix_ends(&self, text: &str) -> bool {
+        self.starts
+            .iter()
+            .any(|m| text.contains(m) || prefixes(m).any(|p| text.ends_with(p)))
+    }
+
+    /// Whether `text` holds a complete start marker.
+    fn has_start(&self, text: &str) -> bool {
+        self.starts.iter().any(|m| text.contains(m))
     }
 
     /// What the reference's marker matcher looks for: the start markers, or, for a
@@ -247,8 +281,9 @@ impl ToolJail {
         Some(self.parse(&held))
     }
 
-    /// The jail ends at the first end marker or (see `ends_on_calls`) where a whole
-    /// parse finds calls.
+    /// The jail ends at the first end marker or, where the family allows it (see
+    /// `ends_on_calls`) or no start marker opened it (JSON a start guess jailed),
+    /// where a whole parse finds calls.
     fn try_end(&mut self, out: &mut Released) {
         let end = self
             .rules
@@ -257,7 +292,7 @@ impl ToolJail {
             .find_map(|m| self.held.find(m).map(|at| at + m.len()));
         let end = match end {
             Some(end) => end,
-            None if self.rules.ends_on_calls
+            None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
                 && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
@@ -288,7 +323,8 @@ impl ToolJail {
     /// The reference's whole parse is strict: JSON and Python lists parse only once
     /// every bracket they opened is closed.
     fn could_be_whole(&self) -> bool {
-        self.rules.trigger == Trigger::Marker || brackets_closed(&self.held)
+        matches!(self.rules.trigger, Trigger::Marker | Trigger::TrimmedMarker)
+            || brackets_closed(&self.held)
     }
 
     fn parse(&self, text: &str) -> Parsed {
@@ -303,7 +339,7 @@ impl ToolJail {
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
         {
             // Held text with a start marker and no call in it is dropped whole.
-            let marked = self.rules.starts.iter().any(|m| text.contains(m));
+            let marked = self.rules.has_start(text);
             return Parsed {
                 calls: Vec::new(),
                 content: if marked {

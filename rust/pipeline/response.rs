@@ -44,6 +44,9 @@ struct Choice {
     held_calls: Vec<crate::parsers::CallDelta>,
     /// A forced tool choice: the answer text, released only if no call was parsed.
     jailed: String,
+    /// The reasoning stage has passed answer text: from then on, under a forced
+    /// tool choice, every frame's content (empty too) goes into the jail.
+    answered_once: bool,
     /// Tools in play (not forced): Dynamo's tool-call jail on the content.
     jail: Option<ToolJail>,
     /// A forced tool choice: the guided JSON answer.
@@ -287,23 +290,19 @@ impl ResponseState {
         // so only in its dialect); a forced tool choice holds the whole answer instead
         // (see `emit`).
         let jail = parsers
-            .filter(|spec| {
-                spec.reference_streaming
-                    && self.plan.surface == Surface::Chat
-                    && !self.plan.tool_choice.forces_calls()
-            })
+            .filter(|spec| spec.reference_streaming && self.plan.surface == Surface::Chat)
             .and_then(|spec| {
                 let family = spec.tool_call?;
                 let markers = family.build(spec.tools.clone()).start_markers();
-                Some(ToolJail::new(
-                    JailRules::for_family(family.name(), markers),
-                    spec,
-                ))
+                let rules = JailRules::for_family(family.name(), markers);
+                (!self.plan.tool_choice.forces_calls() || rules.jails_forced_choice_as_auto())
+                    .then(|| ToolJail::new(rules, spec))
             });
         // Dynamo reads the answer to a forced tool choice as guided JSON, with a
         // tool-call parser too (its streaming, so only in its dialect there).
         let forced_guided = self.plan.surface == Surface::Chat
             && self.plan.tool_choice.forces_calls()
+            && jail.is_none()
             && parsers.map_or(true, |spec| {
                 spec.tool_call.is_none() || spec.reference_streaming
             });
@@ -333,6 +332,7 @@ impl ResponseState {
             had_calls: false,
             held_calls: Vec::new(),
             jailed: String::new(),
+            answered_once: false,
             in_reasoning: false,
             content: String::new(),
             reasoning: String::new(),
@@ -443,6 +443,8 @@ impl ResponseState {
         // Calls were parsed and all dropped: the last chunk says `"content":""`.
         let mut emptied = false;
         if self.plan.tool_choice.forces_calls() {
+            choice.answered_once |= answered;
+            held |= choice.answered_once;
             choice.jailed.push_str(&self.delta.content);
             self.delta.content.clear();
             self.delta.calls_at = 0;
