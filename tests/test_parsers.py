@@ -330,6 +330,19 @@ def test_reasoning_parser_delta_has_no_calls() -> None:
     assert second.calls == [] and rest.calls == []
 
 
+def test_reasoning_parser_ends_at_the_calls_of_its_tool_family() -> None:
+    # vLLM's Qwen3 reads unmarked output as reasoning; a hermes call ends it, and the call's
+    # text comes out as content for a tool parser run apart (the vLLM plugin's pairing).
+    text = 'plan\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    alone = ReasoningParser("qwen3", dialect="vllm")
+    paired = ReasoningParser("qwen3", dialect="vllm", tool_call="hermes")
+    for parser, reasoning, content in ((alone, text, ""), (paired, "plan\n", text[5:])):
+        deltas = [parser.feed(c) for c in text] + [parser.finish()]
+        assert "".join(d.reasoning_content or "" for d in deltas) == reasoning
+        assert "".join(d.content or "" for d in deltas) == content
+        assert all(d.calls == [] for d in deltas)
+
+
 def test_tool_parser_whole_calls_mode() -> None:
     parser = ToolCallParser("hermes", stream_arguments=False)
     text = '<tool_call>{"name": "f", "arguments": {"a": [1, 2]}}</tool_call>'

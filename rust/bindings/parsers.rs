@@ -175,8 +175,10 @@ pub struct ReasoningParser {
 
 #[pymethods]
 impl ReasoningParser {
+    /// `tool_call`: a tool-call family whose calls end reasoning, as in `ChatParser`;
+    /// the call's text comes out as content, for a tool parser run apart.
     #[new]
-    #[pyo3(signature = (name, *, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo"))]
+    #[pyo3(signature = (name, *, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo", tool_call=None))]
     fn new(
         name: &str,
         in_reasoning: Option<bool>,
@@ -184,17 +186,20 @@ impl ReasoningParser {
         force_reasoning: bool,
         force_nonempty_content: bool,
         dialect: &str,
+        tool_call: Option<&str>,
     ) -> PyResult<Self> {
         let options = ChatOptions {
             reasoning: Some(name.to_owned()),
+            tool_call: tool_call.map(str::to_owned),
             in_reasoning: starts_inside(in_reasoning, force_reasoning),
             thinking,
             force_nonempty_content,
             dialect: dialect_from(dialect)?,
             ..ChatOptions::default()
         };
+        let parser = parsers::ChatParser::new(&options)?.without_tool_stage();
         Ok(Self {
-            engine: Engine::new(&options)?,
+            engine: Engine { parser },
         })
     }
 

@@ -37,6 +37,8 @@ pub struct CallSink {
     space_before_calls: SpaceBeforeCalls,
     /// Content other than whitespace since the last call (or the start).
     text_since_call: bool,
+    /// Content other than whitespace since the start.
+    text_seen: bool,
     content: String,
     /// Trailing whitespace of the content, held while a call may follow (dialects that
     /// trim around calls): dropped if one does, released before any other text.
@@ -79,6 +81,7 @@ impl CallSink {
             tools,
             space_before_calls,
             text_since_call: false,
+            text_seen: false,
             content: String::new(),
             held_space: String::new(),
             calls: Vec::new(),
@@ -102,6 +105,7 @@ impl CallSink {
         self.content.push_str(&self.held_space);
         self.held_space.clear();
         self.text_since_call = true;
+        self.text_seen = true;
         self.content.push_str(body);
         self.held_space.push_str(&text[body.len()..]);
     }
@@ -124,8 +128,18 @@ impl CallSink {
         if self.open.is_some() {
             self.drop_call("a new call began before the previous one ended");
         }
-        if self.text_since_call && self.space_before_calls == SpaceBeforeCalls::BlankDropped {
-            self.content.push_str(&self.held_space);
+        match self.space_before_calls {
+            SpaceBeforeCalls::BlankDropped if self.text_since_call => {
+                self.content.push_str(&self.held_space);
+            }
+            SpaceBeforeCalls::BlankDroppedUntilText if self.text_seen => {
+                self.content.push_str(&self.held_space);
+            }
+            SpaceBeforeCalls::BlankLineDropped => {
+                let kept = self.held_space.strip_suffix("\n\n");
+                self.content.push_str(kept.unwrap_or(&self.held_space));
+            }
+            _ => {}
         }
         self.held_space.clear();
         self.text_since_call = false;
@@ -343,15 +357,40 @@ mod tests {
     }
 
     #[test]
-    fn trimmed_content_loses_its_trailing_space_before_a_call() {
-        let mut s = sink(Dialect::Sglang, SpaceBeforeCalls::Trimmed);
-        s.content("Sure. ");
+    fn only_a_blank_line_right_before_a_call_is_dropped() {
+        for (pieces, kept) in [
+            (&["Sure. ", "\n\n"][..], "Sure. "),
+            (&["Sure.\n", "\n\n"], "Sure.\n"),
+            (&["Sure.", "\n"], "Sure.\n"),
+            (&["\n\n"], ""),
+        ] {
+            let mut s = sink(Dialect::Sglang, SpaceBeforeCalls::BlankLineDropped);
+            for piece in pieces {
+                s.content(piece);
+            }
+            call(&mut s, "f");
+            let mut out = Delta::default();
+            s.drain_into(&mut out);
+            assert_eq!(out.content, kept, "{pieces:?}");
+            assert_eq!(out.calls_at, kept.len());
+        }
+    }
+
+    #[test]
+    fn blank_content_before_calls_is_dropped_only_until_text() {
+        let mut s = sink(Dialect::Vllm, SpaceBeforeCalls::BlankDroppedUntilText);
         s.content("\n\n");
         call(&mut s, "f");
+        s.content("\n");
+        call(&mut s, "g");
+        s.content("Text.\n");
+        call(&mut s, "h");
+        s.content("\n");
+        call(&mut s, "i");
         let mut out = Delta::default();
         s.drain_into(&mut out);
-        assert_eq!(out.content, "Sure.");
-        assert_eq!(out.calls_at, 5);
+        assert_eq!(out.content, "Text.\n\n");
+        assert_eq!(out.calls.len(), 4);
     }
 
     #[test]

@@ -75,17 +75,72 @@ impl Dialect {
     /// SGLang run their reasoning parser first and apart, so for a family whose reasoning
     /// parser does not itself know the call marker the call stays reasoning.
     pub fn call_ends_reasoning(self, family: &str) -> bool {
-        !matches!((self, family), (Dialect::Vllm | Dialect::Sglang, "step3"))
+        !matches!(
+            (self, family),
+            (Dialect::Vllm | Dialect::Sglang, "step3") | (Dialect::Sglang, "minimax_m2")
+        )
+    }
+
+    /// Whether reasoning is at most one span and its markers mean nothing once it is
+    /// over or before it opened: SGLang's base reasoning detector splits at the first
+    /// closer only, so a closer with no opener (output starting outside reasoning),
+    /// and any marker after the span, stay content as written.
+    pub fn one_reasoning_span(self, family: &str) -> bool {
+        self.reasoning_opener_is_text(family)
+            || self == Dialect::Sglang
+                && matches!(
+                    family,
+                    "deepseek_r1"
+                        | "deepseek_v4"
+                        | "qwen3"
+                        | "glm45"
+                        | "kimi"
+                        | "kimi_k2"
+                        | "mistral"
+                        | "step3"
+                        | "nemotron_v3"
+                        | "minimax_m2"
+                        | "hunyuan"
+                        | "gemma4"
+                )
+    }
+
+    /// Whether reasoning that a tool call ends (no closer) loses its trailing
+    /// whitespace. vLLM's MiniMax M2, GLM-4.5/4.7 and Kimi K2 parsers strip it; its
+    /// Qwen3 and Seed-OSS parsers keep it.
+    pub fn trims_reasoning_before_calls(self, family: &str) -> bool {
+        self == Dialect::Vllm && matches!(family, "minimax_m2" | "glm45" | "kimi_k2")
+    }
+
+    /// Whether the reasoning opener is plain text: vLLM's Step3 parser takes everything
+    /// before the first `</think>` as reasoning, a leading `<think>` included.
+    pub fn reasoning_opener_is_text(self, family: &str) -> bool {
+        self == Dialect::Vllm && family == "step3"
+    }
+
+    /// Whether a reasoning family's own tool-region markers end its reasoning with no
+    /// tool parser's help. SGLang's `minimax` reasoning is its Qwen3 detector, which
+    /// ends reasoning at `<tool_call>` only, never at `<minimax:tool_call>`.
+    pub fn own_exits_end_reasoning(self, family: &str) -> bool {
+        !matches!((self, family), (Dialect::Sglang, "minimax_m2"))
     }
 
     /// What becomes of whitespace right before a tool call, for a tool-call family.
-    /// vLLM never hands out whitespace-only content beside calls; SGLang keeps content
-    /// as written, but its DeepSeek V3.2 detector cuts the content before the DSML block
-    /// at its trailing whitespace.
+    /// vLLM never hands out whitespace-only content beside calls, except that its
+    /// parser-engine families (Qwen3-Coder, GLM-4.5/4.7, Seed-OSS, Gemma 4, MiniMax M2)
+    /// stream the whitespace between calls once some text came first; SGLang keeps content
+    /// as written, but its DSML detectors (DeepSeek V3.2, V4, V4.1) drop the blank line
+    /// the chat template puts before the block.
     pub fn space_before_calls(self, family: &str) -> SpaceBeforeCalls {
         match (self, family) {
+            (
+                Dialect::Vllm,
+                "qwen3_coder" | "glm45" | "glm47" | "seed_oss" | "gemma4" | "minimax_m2",
+            ) => SpaceBeforeCalls::BlankDroppedUntilText,
             (Dialect::Vllm, _) => SpaceBeforeCalls::BlankDropped,
-            (Dialect::Sglang, "deepseek_v3_2") => SpaceBeforeCalls::Trimmed,
+            (Dialect::Sglang, "deepseek_v3_2" | "deepseek_v4" | "deepseek_v4_1") => {
+                SpaceBeforeCalls::BlankLineDropped
+            }
             _ => SpaceBeforeCalls::Kept,
         }
     }
@@ -105,8 +160,12 @@ pub enum SpaceBeforeCalls {
     /// Whitespace-only content before a call (between calls, after reasoning) is
     /// dropped; text's own trailing whitespace stays.
     BlankDropped,
-    /// The trailing whitespace of any content before a call is dropped.
-    Trimmed,
+    /// As `BlankDropped` until the reply has had some text; from then on whitespace
+    /// beside calls stays.
+    BlankDroppedUntilText,
+    /// A blank line (`\n\n`) ending the content right before a call is dropped; any
+    /// other whitespace stays.
+    BlankLineDropped,
 }
 
 impl fmt::Display for Dialect {

@@ -335,6 +335,8 @@ pub struct ReasoningFamily {
     /// The thinking switch this spelling reads (a gate of [`super::options`]):
     /// the family's, except where a name means a different switch.
     switch: &'static str,
+    /// The dialect that reads it (set by [`Self::read_by`]).
+    dialect: Dialect,
 }
 
 impl ReasoningFamily {
@@ -353,6 +355,7 @@ impl ReasoningFamily {
                 | "deepseekv31" => "deepseek_v3",
                 _ => info.name,
             },
+            dialect: Dialect::Dynamo,
         })
     }
 
@@ -369,7 +372,7 @@ impl ReasoningFamily {
             DynamoName::Unknown => reference,
         };
         if dialect != Dialect::Dynamo || !plain {
-            return self;
+            return Self { dialect, ..self };
         }
         let basic = &REASONING[0];
         Self {
@@ -377,6 +380,7 @@ impl ReasoningFamily {
             starts_in_reasoning: false,
             dynamo: DynamoName::Known,
             switch: basic.name,
+            dialect,
         }
     }
 
@@ -409,6 +413,7 @@ impl ReasoningFamily {
             in_reasoning,
             exit_markers,
             reference_streaming,
+            self.dialect,
         )
     }
 }

@@ -42,6 +42,8 @@ pub struct JailRules {
     ends: &'static [&'static str],
     trigger: Trigger,
     forced_as_auto: bool,
+    /// A whole parse with calls keeps only the text before the first start marker.
+    content_before_start: bool,
     /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
     /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
     json_after_marker: bool,
@@ -69,7 +71,7 @@ impl JailRules {
                 "pythonic" => (&[], &[], Trigger::Pythonic),
                 "qwen3_coder" => (&["<tool_call>"], &["</tool_call>"], Trigger::Marker),
                 "kimi_k2" => (
-                    &["<|tool_calls_section_begin|>"],
+                    &["<|tool_calls_section_begin|>", "<|tool_call_begin|>"],
                     &["<|tool_calls_section_end|>"],
                     Trigger::Marker,
                 ),
@@ -98,6 +100,7 @@ impl JailRules {
             ends,
             trigger,
             forced_as_auto: name == "kimi_k2",
+            content_before_start: matches!(name, "kimi_k2" | "deepseek_v3_1"),
             json_after_marker: name == "mistral",
             ends_on_calls: ends.is_empty() || name == "default",
         }
@@ -349,10 +352,15 @@ impl ToolJail {
                 },
             };
         }
-        // The reference's parsers trim the text around calls.
+        // The reference's parsers trim the text around calls; kimi_k2's and
+        // deepseek_v3_1's keep only the text before the first start marker.
+        let content = match self.rules.find_start(text) {
+            Some((at, _)) if self.rules.content_before_start => &text[..at],
+            _ => &message.content,
+        };
         Parsed {
             calls: message.tool_calls,
-            content: message.content.trim().to_owned(),
+            content: content.trim().to_owned(),
         }
     }
 }

@@ -13,7 +13,9 @@ vLLM builds one parser per request and drives it through its `Parser`: whole out
 `extract_tool_calls` / `extract_reasoning`, streams delta by delta. These parsers read only
 `delta_text` and say so with `engine_based_streaming`, which also makes vLLM call
 `finish_streaming()` at the end (and, for reasoning, when it hands over to the tool phase), so
-text held back at a possible marker is released instead of lost.
+text held back at a possible marker is released instead of lost. vLLM composes the two
+parsers apart; when both are shakedown's, the reasoning parser is told the tool-call family so
+that a call ends reasoning as it does in shakedown's own ChatParser.
 """
 
 from __future__ import annotations
@@ -177,6 +179,9 @@ class ShakedownReasoningParser(_ReasoningParserBase):  # type: ignore[misc]
     decoded tokens."""
 
     family = ""
+    # The shakedown tool-call family vLLM pairs this parser with, whose calls end reasoning
+    # as they do in shakedown's ChatParser (set by `_paired`).
+    tool_call: str | None = None
     engine_based_streaming = True
 
     def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
@@ -185,8 +190,13 @@ class ShakedownReasoningParser(_ReasoningParserBase):  # type: ignore[misc]
         self._stream: ReasoningParser | None = None
         self._ended = False
 
-    def _new(self) -> ReasoningParser:
-        return ReasoningParser(self.family, in_reasoning=self._in_reasoning, **_DIALECT)
+    def _new(self, in_reasoning: bool | None = None, inherit: bool = True) -> ReasoningParser:
+        start = self._in_reasoning if inherit else in_reasoning
+        if self.tool_call is None:
+            return ReasoningParser(self.family, in_reasoning=start, **_DIALECT)
+        return ReasoningParser(
+            self.family, in_reasoning=start, tool_call=self.tool_call, **_DIALECT
+        )
 
     def _first_content_token(self, token_ids: Sequence[int]) -> int | None:
         """Index of the token whose text first comes out as content (None: still reasoning)."""
@@ -202,7 +212,7 @@ class ShakedownReasoningParser(_ReasoningParserBase):  # type: ignore[misc]
 
     def _probe_is_content(self, text: str, in_reasoning: bool | None) -> bool:
         """Whether text fed after `text` comes out as content."""
-        parser = ReasoningParser(self.family, in_reasoning=in_reasoning, **_DIALECT)
+        parser = self._new(in_reasoning, inherit=False)
         parser.feed(text)
         probe = parser.feed("\x00").content or ""
         return "\x00" in probe + (parser.finish().content or "")
@@ -229,10 +239,11 @@ class ShakedownReasoningParser(_ReasoningParserBase):  # type: ignore[misc]
         return len(token_ids) if first is None else first
 
     def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:
-        message = parse(
-            model_output, reasoning=self.family, in_reasoning=self._in_reasoning, **_DIALECT
-        )
-        return message.reasoning_content or None, message.content or None
+        parser = self._new()
+        head, tail = parser.feed(model_output), parser.finish()
+        reasoning = (head.reasoning_content or "") + (tail.reasoning_content or "")
+        content = (head.content or "") + (tail.content or "")
+        return reasoning or None, content or None
 
     def extract_reasoning_streaming(
         self,
@@ -283,6 +294,35 @@ def _register() -> None:
         reasoning_manager.register_module(name=name, module=cls)
 
 
+def _paired(compose: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM composes a reasoning and a tool parser apart; when both are shakedown's, the
+    reasoning parser learns the tool-call family so that a call ends reasoning, as in
+    shakedown's own ChatParser (and in vLLM's own Qwen3 and GLM parsers)."""
+
+    def composed(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        parser_cls = compose(*args, **kwargs)
+        reasoning_cls = getattr(parser_cls, "reasoning_parser_cls", None)
+        tool_cls = getattr(parser_cls, "tool_parser_cls", None)
+        if not (
+            isinstance(reasoning_cls, type)
+            and issubclass(reasoning_cls, ShakedownReasoningParser)
+            and isinstance(tool_cls, type)
+            and issubclass(tool_cls, ShakedownToolParser)
+        ):
+            return parser_cls
+        paired = type(reasoning_cls.__name__, (reasoning_cls,), {"tool_call": tool_cls.family})
+        return type(parser_cls.__name__, (parser_cls,), {"reasoning_parser_cls": paired})
+
+    return composed
+
+
+def _pair_parsers() -> None:
+    manager = importlib.import_module("vllm.parser.parser_manager").ParserManager
+    if not getattr(manager, "_shakedown_paired", False):
+        manager._compose_parser = classmethod(_paired(manager._compose_parser))
+        manager._shakedown_paired = True
+
+
 def registered() -> tuple[dict[str, str], dict[str, str]]:
     """The (tool-call, reasoning) names this plugin took over, each with shakedown's family."""
     return (
@@ -292,5 +332,6 @@ def registered() -> tuple[dict[str, str], dict[str, str]]:
 
 
 _register()
+_pair_parsers()
 
 __all__ = ["ShakedownReasoningParser", "ShakedownToolParser", "registered"]

@@ -125,7 +125,16 @@ def _json_list(calls: Sequence[Call]) -> str:
 
 
 def _mistral(rng: random.Random, calls: Sequence[Call]) -> str:
-    return "[TOOL_CALLS]" + _json_list(calls)
+    """Before tokenizer v11 (no `[ARGS]` token): the call list after `[TOOL_CALLS]`, which a
+    SentencePiece tokenizer decodes with its word-start space (mistral-common's
+    `InstructTokenizerV2._encode_tool_calls_in_assistant_message`)."""
+    return "[TOOL_CALLS] " + _json_list(calls)
+
+
+def _mistral_v11(rng: random.Random, calls: Sequence[Call]) -> str:
+    """Tokenizer v11 on: `[TOOL_CALLS]NAME[ARGS]{json}` per call (mistral-common's
+    `InstructTokenizerV11` and later)."""
+    return "".join(f"[TOOL_CALLS]{c.name}[ARGS]{_json(c.args)}" for c in calls)
 
 
 def _py(value: Any) -> str:
@@ -306,7 +315,10 @@ FAMILIES: tuple[Family, ...] = (
            THINK, tokens=("<tool_call>", "</tool_call>", "<think>", "</think>")),
     Family("llama3_json", (None, "llama3_json"), (None, "llama3_json"), (None, "llama3"),
            _llama3_json, content_before=False, tokens=("<|python_tag|>",)),
+    # A model's vocabulary says which form it writes (vLLM reads the form off it too).
     Family("mistral", (None, "mistral"), (None, "mistral"), (None, "mistral"), _mistral,
+           tokens=("[TOOL_CALLS]",)),
+    Family("mistral_v11", (None, "mistral"), (None, "mistral"), (None, "mistral"), _mistral_v11,
            tokens=("[TOOL_CALLS]", "[ARGS]")),
     Family("pythonic", (None, "pythonic"), (None, "pythonic"), (None, "pythonic"), _pythonic,
            content_before=False),

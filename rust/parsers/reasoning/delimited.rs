@@ -45,6 +45,19 @@ pub(super) struct Family {
     pub lone_byte_passes: bool,
 }
 
+/// How a dialect reads a family's markers (see [`super::super::dialect::Dialect`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct Reading {
+    /// One span at most; a closer before it and every marker after it are text.
+    pub one_span: bool,
+    /// The family's own tool-region markers end reasoning.
+    pub own_exits: bool,
+    /// Reasoning that a tool call ends loses its trailing whitespace.
+    pub trim_at_exit: bool,
+    /// Openers are text: nothing is dropped at the start, nothing opens reasoning.
+    pub opener_is_text: bool,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Open,
@@ -112,37 +125,56 @@ struct Stages {
     content: Option<Stage>,
 }
 
-/// Marker automata are built once per (family, exit markers) pair and shared.
-fn stages(family: &'static Family, exits: &'static [&'static str]) -> &'static Stages {
-    type Entry = (&'static str, &'static [&'static str], &'static Stages);
+/// Marker automata are built once per (family, exit markers, reading) and shared.
+fn stages(
+    family: &'static Family,
+    exits: &'static [&'static str],
+    reading: Reading,
+) -> &'static Stages {
+    type Entry = (
+        &'static str,
+        &'static [&'static str],
+        Reading,
+        &'static Stages,
+    );
     static CACHE: OnceLock<Mutex<Vec<Entry>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, _, s)) = cache
+    if let Some((_, _, _, s)) = cache
         .iter()
-        .find(|(name, ex, _)| *name == family.name && *ex == exits)
+        .find(|(name, ex, r, _)| *name == family.name && *ex == exits && *r == reading)
     {
         return s;
     }
     let tool_exits: &[&'static str] = if family.honours_exits { exits } else { &[] };
+    let own_exits: &[&'static str] = if reading.own_exits {
+        family.own_exits
+    } else {
+        &[]
+    };
     let reasoning = Stage::new(&[
         (family.closers, Kind::Close),
-        (family.own_exits, Kind::Exit),
+        (own_exits, Kind::Exit),
         (tool_exits, Kind::Exit),
     ])
     .expect("every family has a closer");
-    let stray: &[&'static str] = if family.drop_stray {
+    let stray: &[&'static str] = if family.drop_stray && !reading.one_span {
         family.closers
     } else {
         &[]
     };
+    let openers: &[&'static str] = if reading.opener_is_text {
+        &[]
+    } else {
+        family.openers
+    };
     let content = Stage::new(&[
-        (family.openers, Kind::Open),
+        (openers, Kind::Open),
         (stray, Kind::Close),
         (family.framing, Kind::Framing),
     ]);
     let built: &'static Stages = Box::leak(Box::new(Stages { reasoning, content }));
-    cache.push((family.name, exits, built));
+    cache.push((family.name, exits, reading, built));
     built
 }
 
@@ -164,6 +196,11 @@ pub(super) struct Delimited {
     held: Held,
     /// The family's lone-`<` quirk, when reproducing the reference's streaming.
     lone_byte_passes: bool,
+    /// Reasoning ends for good after its first span.
+    one_span: bool,
+    /// Whitespace ending the reasoning so far, held while a tool call could still
+    /// end it (only with [`Reading::trim_at_exit`]).
+    trailing_space: Option<String>,
 }
 
 impl Delimited {
@@ -172,23 +209,45 @@ impl Delimited {
         in_reasoning: Option<bool>,
         exits: &'static [&'static str],
         reference_streaming: bool,
+        reading: Reading,
     ) -> Self {
         let state = if in_reasoning.unwrap_or(family.forced) {
-            State::Leading
+            if reading.opener_is_text {
+                State::Reasoning
+            } else {
+                State::Leading
+            }
         } else {
             State::Content
         };
         Self {
             family,
-            stages: stages(family, exits),
+            stages: stages(family, exits, reading),
             state,
             held: Held::default(),
             lone_byte_passes: family.lone_byte_passes && reference_streaming,
+            one_span: reading.one_span,
+            trailing_space: reading.trim_at_exit.then(String::new),
         }
     }
 
+    /// Reasoning text, its trailing whitespace held where a tool call would drop it.
+    fn reasoning(&mut self, text: &str, out: &mut Delta) {
+        let Some(space) = self.trailing_space.as_mut() else {
+            out.reasoning.push_str(text);
+            return;
+        };
+        let body = text.trim_end();
+        if !body.is_empty() {
+            out.reasoning.push_str(space);
+            space.clear();
+            out.reasoning.push_str(body);
+        }
+        space.push_str(&text[body.len()..]);
+    }
+
     fn after_span(&self) -> State {
-        if self.family.multi_span {
+        if self.family.multi_span && !self.one_span {
             State::Content
         } else {
             State::Passthrough
@@ -225,8 +284,14 @@ impl HeldRun for Delimited {
                 }
                 State::Reasoning => match self.stages.reasoning.scan(rest, last) {
                     Scan::Found { start, end, marker } => {
-                        out.reasoning.push_str(&rest[..start]);
-                        if self.stages.reasoning.kinds[marker] == Kind::Exit {
+                        let exit = self.stages.reasoning.kinds[marker] == Kind::Exit;
+                        self.reasoning(&rest[..start], out);
+                        match self.trailing_space.as_mut() {
+                            Some(space) if exit => space.clear(),
+                            Some(space) => out.reasoning.push_str(&std::mem::take(space)),
+                            None => {}
+                        }
+                        if exit {
                             // The tool stage needs the marker itself.
                             out.content.push_str(&rest[start..end]);
                         }
@@ -234,7 +299,7 @@ impl HeldRun for Delimited {
                         pos += end;
                     }
                     Scan::Partial { hold_from } => {
-                        out.reasoning.push_str(&rest[..hold_from]);
+                        self.reasoning(&rest[..hold_from], out);
                         self.held.tail.push_str(&rest[hold_from..]);
                         return;
                     }
@@ -279,5 +344,9 @@ impl ReasoningParse for Delimited {
 
     fn finish(&mut self, out: &mut Delta) {
         finish_held(self, out);
+        if let Some(space) = self.trailing_space.as_mut() {
+            out.reasoning.push_str(space);
+            space.clear();
+        }
     }
 }

@@ -16,6 +16,7 @@ mod reference;
 
 use delimited::{Delimited, Family};
 
+use super::dialect::Dialect;
 use super::markers::Held;
 use super::{Delta, ReasoningParse};
 
@@ -167,6 +168,7 @@ pub fn build(
     in_reasoning: Option<bool>,
     exit_markers: &'static [&'static str],
     reference_streaming: bool,
+    dialect: Dialect,
 ) -> Box<dyn ReasoningParse> {
     match family {
         "gpt_oss" if reference_streaming => {
@@ -193,6 +195,12 @@ pub fn build(
                 in_reasoning,
                 exit_markers,
                 reference_streaming,
+                delimited::Reading {
+                    one_span: dialect.one_reasoning_span(family),
+                    own_exits: dialect.own_exits_end_reasoning(family),
+                    trim_at_exit: dialect.trims_reasoning_before_calls(family),
+                    opener_is_text: dialect.reasoning_opener_is_text(family),
+                },
             ))
         }
     }

@@ -1,4 +1,5 @@
 use super::build;
+use crate::parsers::dialect::Dialect;
 use crate::parsers::Delta;
 
 /// Feed `pieces` one by one; returns (reasoning, content) and every per-feed delta.
@@ -8,7 +9,7 @@ fn run(
     exits: &'static [&'static str],
     pieces: &[&str],
 ) -> (String, String, Vec<Delta>) {
-    let mut parser = build(family, in_reasoning, exits, false);
+    let mut parser = build(family, in_reasoning, exits, false, Dialect::Dynamo);
     let mut deltas = Vec::new();
     for piece in pieces {
         let mut d = Delta::default();
@@ -153,7 +154,6 @@ fn append_think_prefixes_content_once() {
 /// boundaries for short texts), gives the fixture's expected split.
 #[test]
 fn fixtures_survive_every_cut() {
-    use crate::parsers::dialect::Dialect;
     use crate::parsers::registry::ReasoningFamily;
     use serde_json::Value;
 
@@ -215,7 +215,7 @@ fn fixtures_survive_every_cut() {
 fn lone_lt_passes_only_when_reproducing_the_reference() {
     let pieces = ["x</think>Done.<", "/think>tail"];
     let feed_all = |reference: bool| {
-        let mut parser = build("deepseek_r1", None, &[], reference);
+        let mut parser = build("deepseek_r1", None, &[], reference, Dialect::Dynamo);
         let mut out = Delta::default();
         for piece in pieces {
             parser.feed(piece, &mut out);
@@ -226,7 +226,7 @@ fn lone_lt_passes_only_when_reproducing_the_reference() {
     // The standalone parser is chunking-independent: the stray `</think>` is dropped
     // whole, as when the text arrives in one piece.
     let strict = feed_all(false);
-    let mut whole = build("deepseek_r1", None, &[], false);
+    let mut whole = build("deepseek_r1", None, &[], false, Dialect::Dynamo);
     let mut expected = Delta::default();
     whole.feed(&pieces.concat(), &mut expected);
     whole.finish(&mut expected);

@@ -30,6 +30,8 @@ pub(super) enum Family {
     Xlam,
     Plamo3,
     Default,
+    /// SGLang's reading of InternLM2 / Intern-S1 (`interns1`): named by no server.
+    InternlmSpaced,
 }
 
 pub(super) const FAMILIES: [(&str, Family); 23] = [
@@ -238,6 +240,13 @@ impl Family {
                 skip: &["<|action_end|>"],
                 ..spec(&["<|action_start|><|plugin|>", "<|action_start|> <|plugin|>"])
             },
+            // SGLang's detector starts a call only at `<|action_start|> <|plugin|>`
+            // (one space, as a slow tokenizer decodes two special tokens); without
+            // the space the call stays text.
+            Family::InternlmSpaced => Spec {
+                starts: &["<|action_start|> <|plugin|>"],
+                ..Family::Internlm.spec()
+            },
             // Inkling's typed block: `<|message_model|><|content_invoke_tool_json|>`,
             // `{"name": ..., "args": {...}}`, `<|end_message|>`.
             Family::Inkling => Spec {
@@ -329,7 +338,8 @@ pub(super) struct Sets {
 }
 
 pub(super) fn sets(family: Family) -> &'static Sets {
-    static SETS: [OnceLock<Sets>; FAMILIES.len()] = [const { OnceLock::new() }; FAMILIES.len()];
+    const COUNT: usize = FAMILIES.len() + 1;
+    static SETS: [OnceLock<Sets>; COUNT] = [const { OnceLock::new() }; COUNT];
     SETS[family as usize].get_or_init(|| {
         let spec = family.spec();
         let opt = |m: &[&'static str]| (!m.is_empty()).then(|| MarkerSet::new(m));

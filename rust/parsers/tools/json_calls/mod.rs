@@ -141,6 +141,10 @@ struct JsonCalls {
 
 impl JsonCalls {
     fn new(family: Family, tools: Arc<Tools>) -> Self {
+        let family = match family {
+            Family::Internlm if tools.dialect() == Dialect::Sglang => Family::InternlmSpaced,
+            family => family,
+        };
         // Dynamo's JSON families: calls in the content, and any arguments value.
         let content_calls =
             sets(family).spec.calls_in_content && tools.dialect() == Dialect::Dynamo;
