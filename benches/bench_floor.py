@@ -360,15 +360,15 @@ LINE_STAGES = [
     ("Exchange.feed/finish (Rust, per frame)", re.compile(r"exchange\.(feed|finish)\(")),
     ("Pipeline.chat (parse + template + tokenize)", re.compile(r"pipeline\.(chat|completions)\(")),
     ("engine request bytes -> dict (orjson.loads)", re.compile(r"orjson\.loads\(exchange")),
-    ("frame dict -> JSON (orjson.dumps)", re.compile(r"orjson\.dumps\(frame\)")),
+    ("engine item -> JSON (as_frame)", re.compile(r"as_frame\(")),
     ("response send (granian)", re.compile(r"send_bytes|response_bytes|response_stream")),
     ("app.py disconnect watcher (a task per request)", re.compile(r"client_disconnect|watcher\.")),
     ("app.py body read (await proto())", re.compile(r"await proto\(\)")),
     ("app.py request id (uuid4)", re.compile(r"uuid")),
 ]
 FILE_STAGES = [
-    ("engine (mocker loop, frame dicts)", "engines/mocker.py"),
-    ("engine_frames glue (frames.py)", "endpoint/frames.py"),
+    ("engine (the mocker)", "engines/mocker.py"),
+    ("engine stream glue (frames.py)", "endpoint/frames.py"),
     ("app.py other: routing, auth, headers, timeout, glue", "endpoint/app.py"),
     ("hosting.py busy tracker", "hosting.py"),
     ("request context", "endpoint/context.py"),

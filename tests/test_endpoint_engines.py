@@ -125,6 +125,52 @@ def test_x_request_id_is_echoed(client: httpx.Client, registry: EngineRegistry) 
         assert r.headers["x-request-id"] == "abc"
 
 
+OUTPUTS = [{"token_ids": [300 + i]} for i in range(4)] + [
+    {"token_ids": [], "finish_reason": "length"}
+]
+
+
+def answer(r: httpx.Response) -> Any:
+    """What a response says, its ids and timestamps aside."""
+    if r.headers["content-type"] == "text/event-stream":
+        chunks = [data_of(e) for e in sse_events(r.content)[:-1]]
+        return [(c["choices"], c.get("usage")) for c in chunks]
+    return r.json()["choices"], r.json()["usage"]
+
+
+@pytest.mark.parametrize("form", ["list", "json", "json-array"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_outputs_may_come_in_lists_or_serialized(
+    client: httpx.Client,
+    registry: EngineRegistry,
+    engine_loop: asyncio.AbstractEventLoop | None,
+    form: str,
+    stream: bool,
+) -> None:
+    # The same outputs as dicts one by one, as a list, as JSON bytes each, as JSON arrays.
+    items: list[Any] = {
+        "list": [OUTPUTS[:2], OUTPUTS[2:]],
+        "json": [orjson.dumps(output) for output in OUTPUTS],
+        "json-array": [orjson.dumps(OUTPUTS[:3]), orjson.dumps(OUTPUTS[3:])],
+    }[form]
+
+    def engine(items: list[Any]) -> Any:
+        async def generate(request: dict[str, Any], context: RequestContext) -> AsyncIterator[Any]:
+            for item in items:
+                yield item
+
+        return generate
+
+    answers = []
+    for served in (OUTPUTS, items):
+        registry.register(NAME, engine(served), loop=engine_loop)
+        r = client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+        assert r.status_code == 200
+        answers.append(answer(r))
+    assert answers[0] == answers[1]
+    assert answers[0]  # not empty: the outputs reached the client
+
+
 # --- engine errors ----------------------------------------------------------------------
 
 

@@ -319,3 +319,25 @@ def test_exiting_with_servers_up_prints_no_panic() -> None:
         assert "panicked" not in done.stderr, done.stderr
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip().isdigit()
+
+
+def test_the_app_is_told_the_loop_it_serves_on() -> None:
+    # granian hands an app its loop through `__rsgi_init__`; the host's own wrapper (the
+    # busy tracker, on Linux) must pass it on.
+    class App:
+        def __init__(self) -> None:
+            self.loop: asyncio.AbstractEventLoop | None = None
+
+        def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
+            self.loop = loop
+
+        async def __rsgi__(self, scope: Any, proto: Any) -> None:
+            served_on_it = asyncio.get_running_loop() is self.loop
+            proto.response_bytes(200, [], b"yes" if served_on_it else b"no")
+
+    hosted = ThreadedServer(App(), host="127.0.0.1", port=0, what="test")
+    hosted.start()
+    try:
+        assert httpx.get(f"http://127.0.0.1:{hosted.port}/", timeout=10).content == b"yes"
+    finally:
+        assert hosted.stop()

@@ -197,6 +197,12 @@ def test_a_stopped_context_ends_with_cancelled() -> None:
     assert frames[-1]["completion_usage"]["completion_tokens"] == 3
 
 
+def read_fields(frame: dict[str, Any]) -> dict[str, Any]:
+    """A reference frame as the frontend reads it: null fields are absent, `output_type`
+    is ignored."""
+    return {k: v for k, v in frame.items() if v is not None and k != "output_type"}
+
+
 def test_without_delay_outputs_come_in_batches_of_the_same_frames() -> None:
     ids = list(range(100, 100 + BATCH_OUTPUTS + 5))
     request = {"token_ids": [1, 2], "stop_conditions": {"max_tokens": 200}}
@@ -205,13 +211,17 @@ def test_without_delay_outputs_come_in_batches_of_the_same_frames() -> None:
         generate = mocker.generate_batches if batches else mocker.generate
         return [item async for item in generate(request, RequestContext("r"))]
 
-    batches = asyncio.run(items(Mocker(default=ids), True))
-    assert [len(b) for b in batches] == [BATCH_OUTPUTS, 5 + 1]  # the last carries the end
+    mocker = Mocker(default=ids)
+    batches = asyncio.run(items(mocker, True))
+    assert all(isinstance(batch, bytes) for batch in batches)
+    decoded = [json.loads(batch) for batch in batches]
+    assert [len(b) for b in decoded] == [BATCH_OUTPUTS, 5 + 1]  # the last carries the end
     one_by_one = asyncio.run(items(Mocker(default=ids), False))
     assert all(isinstance(frame, dict) for frame in one_by_one)
-    assert [frame for batch in batches for frame in batch] == one_by_one
+    assert [frame for batch in decoded for frame in batch] == list(map(read_fields, one_by_one))
+    assert asyncio.run(items(mocker, True)) == batches  # made once, served again
     paced = asyncio.run(items(Mocker(default=ids, token_delay=0.0001), True))
-    assert paced == one_by_one
+    assert [json.loads(item) for item in paced] == [[read_fields(f)] for f in one_by_one]
 
 
 def test_a_context_stopped_between_batches_ends_with_cancelled() -> None:
@@ -222,11 +232,11 @@ def test_a_context_stopped_between_batches_ends_with_cancelled() -> None:
         items = []
         request = {"stop_conditions": {"max_tokens": 500}}
         async for item in Mocker(default=ids).generate_batches(request, context):
-            items.append(item)
+            items.append(json.loads(item))
             context.stop_generating()
         return items
 
-    first, last = asyncio.run(collect())
+    first, [last] = asyncio.run(collect())
     assert emitted(first) == ids[:BATCH_OUTPUTS]
     assert last["finish_reason"] == "cancelled"
     assert last["completion_usage"]["completion_tokens"] == BATCH_OUTPUTS

@@ -127,11 +127,17 @@ class _BusyTracker:
     """The RSGI app, counting the requests in flight per client address (`host:port`), so
     the guard never sheds a connection that is serving one."""
 
-    __slots__ = ("_call", "busy")
+    __slots__ = ("_app", "_call", "busy")
 
     def __init__(self, app: Any) -> None:
+        self._app = app
         self._call = getattr(app, "__rsgi__", app)
         self.busy: dict[str, int] = {}
+
+    def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        init = getattr(self._app, "__rsgi_init__", None)
+        if init is not None:
+            init(loop)
 
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
         client, busy = scope.client, self.busy

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import orjson
 import pytest
 
 from shakedown._core import Pipeline
+from shakedown.cli import main as cli_main
 from shakedown.engines.mocker import Mocker, replay_key
 from shakedown.parity import fuzz
 from shakedown.parity.cases import Request
@@ -123,6 +125,30 @@ def test_reference_answers_the_corpus_deterministically(fuzz_stack: StackFor) ->
     made = fuzz_stack(fuzz.PAIRS["deepseek_r1+hermes"])
     report = fuzz.fuzz_pair(made, SEED, 100, against_itself=True)
     assert not report.findings, [f.classes for f in report.findings]
+
+
+def test_the_exported_corpus_runs_through_shakedown_parity(
+    fuzz_stack: StackFor, model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--export` writes the trace the fuzzer replays and a case file with which
+    `shakedown parity` finds exactly the cases the fuzzer finds."""
+    pair = fuzz.PAIRS["deepseek_r1+hermes"]
+    out = tmp_path / "corpus"
+    argv = ["--model-dir", str(model_dir), "--pair", pair.name, "--cases", "60"]
+    assert fuzz.main([*argv, "--seed", str(SEED), "--export", str(out)]) == 0
+    made = fuzz_stack(pair)
+    report = fuzz.fuzz_pair(made, SEED, 60)
+    exported = out / "deepseek_r1_hermes"
+    replayed = made.work_dir / f"trace-{made.loads}.jsonl"
+    assert (exported / "trace.jsonl").read_bytes() == replayed.read_bytes()
+    capsys.readouterr()
+
+    code = cli_main(["parity", "--a", made.reference, "--b", made.shakedown, "-q",
+                     "--model", stack.MODEL_NAME, "--cases", str(exported / "cases.jsonl")])  # fmt: skip
+    printed = capsys.readouterr().out
+    mismatched = set(re.findall(r"^=== MISMATCH (\S+) \[", printed, re.MULTILINE))
+    assert mismatched == {f.case.name for f in report.findings}, printed[-2000:]
+    assert code == (1 if report.findings else 0)
 
 
 # ---------------------------------------------------------------- golden fixtures

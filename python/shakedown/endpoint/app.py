@@ -15,7 +15,8 @@ import hmac
 import logging
 import os
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from granian._granian import RSGIHTTPProtocol as HTTPProtocol
@@ -37,9 +38,16 @@ from shakedown._core import (
 )
 
 from .context import RequestContext
-from .frames import engine_frames, log_failure
+from .frames import (
+    ENGINE_ERRORS,
+    as_engine_error,
+    as_frame,
+    close_items,
+    log_failure,
+    open_items,
+)
 from .inflight import Active, InFlight, absorb_cancel
-from .registry import EngineRegistry, Registration
+from .registry import EngineItem, EngineRegistry, Registration
 
 log = logging.getLogger("shakedown.endpoint")
 
@@ -99,6 +107,16 @@ def engine_failure(err: BaseException) -> tuple[str, int]:
     return ENGINE_ERROR, 500
 
 
+def engine_failed(raised: BaseException, what: str, *args: object) -> tuple[str, int]:
+    """What the client is told about what an engine raised (`engine_failure`); a server
+    error is logged, with `what` (a format, with `args`) naming the request."""
+    err = as_engine_error(raised)
+    message, status = engine_failure(err)
+    if status >= 500:
+        log_failure("engine failed on " + what, *args, error=err)
+    return message, status
+
+
 def log_failed_frame(request_id: str, frame: bytes) -> None:
     """An engine frame failed its request: an error event, `finish_reason: error`, or a frame
     the pipeline can't read. The client only gets the reference's generic error."""
@@ -129,6 +147,7 @@ class EndpointApp:
         self.body_read_timeout = body_read_timeout
         self._closing = False
         self._inflight = InFlight(body_read_timeout)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._not_ready = model_not_ready(pipeline.served_name).body
 
     @property
@@ -140,6 +159,11 @@ class EndpointApp:
         self._closing = True
         for active in list(self._inflight.active):
             active.stop()
+
+    def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        """granian starts serving the app on `loop`. Each request would otherwise ask asyncio
+        for its loop and task, and each such question costs a getpid() system call."""
+        self._loop = loop
 
     async def __rsgi__(self, scope: Scope, proto: HTTPProtocol) -> None:
         try:
@@ -225,11 +249,14 @@ class EndpointApp:
         if not is_json_content_type(scope.headers.get("content-type")):
             proto.response_bytes(415, JSON_HEADERS, unsupported_media_type().body)
             return
-        task = asyncio.current_task()
+        loop = self._loop
+        if loop is None:  # not served by granian, which calls `__rsgi_init__`
+            loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         if task is None:  # granian's asyncio task implementation always gives one
             raise RuntimeError("the endpoint must run handlers as asyncio tasks")
         inflight = self._inflight
-        inflight.reading(task)
+        inflight.reading(task, loop)
         try:
             body = await self._read_body(scope, proto)
         except asyncio.CancelledError:
@@ -266,35 +293,40 @@ class EndpointApp:
             proto.response_bytes(503, headers, self._not_ready)
             return
         if isinstance(exchange, CompletionBatch):
-            await self._fan_out(proto, exchange, registration, headers, echoed)
+            await self._fan_out(proto, exchange, registration, headers, echoed, task, loop)
             return
         active = Active(task, RequestContext(exchange.request_id), proto)
-        inflight.add(active)
+        inflight.add(active, loop)
         try:
             request = orjson.loads(exchange.engine_request)
             if exchange.stream:
                 sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, headers[-1]]
-                frames = engine_frames(registration, request, active.context)
-                # No local here: `_stream` must hold the only reference (see its finally).
                 await self._stream(
-                    proto.response_stream(200, sse_headers), exchange, frames, active
+                    proto, sse_headers, exchange, registration, request, active, loop
                 )
             else:
-                frames = engine_frames(registration, request, active.context)
-                status, body = await self._unary(exchange, frames, active)
+                status, body = await self._unary(exchange, registration, request, active, loop)
                 if status:
                     proto.response_bytes(status, headers, body)
         finally:
             inflight.discard(active)
 
     async def _unary(
-        self, exchange: Exchange, frames: AsyncGenerator[bytes, None], active: Active
+        self,
+        exchange: Exchange,
+        registration: Registration,
+        request: dict[str, Any],
+        active: Active,
+        loop: asyncio.AbstractEventLoop,
     ) -> tuple[int, bytes]:
         """The status and body to answer with; status 0 when the client has gone."""
         body = b""
+        items = None
         try:
             try:
-                async for frame in frames:
+                items = await open_items(registration, request, active.context, loop)
+                async for item in items:
+                    frame = as_frame(item)
                     # Unary: only a frame that fails the request writes (its error body).
                     body += exchange.feed(frame)
                     if active.interrupted:
@@ -305,7 +337,7 @@ class EndpointApp:
                         active.context.stop_generating()
                         break
             finally:
-                await frames.aclose()
+                await close_items(items)
             body += exchange.finish()
             return exchange.status, body
         except asyncio.CancelledError:
@@ -315,25 +347,33 @@ class EndpointApp:
             if active.disconnected:
                 return 0, b""
             return 503, error_body(503, SHUTTING_DOWN)
-        except Exception as err:
-            message, status = engine_failure(err)
-            if status >= 500:
-                log_failure("engine failed on request %s", active.context.id)
+        except ENGINE_ERRORS as raised:
+            message, status = engine_failed(raised, "request %s", active.context.id)
             body = exchange.fail(message, status)
             return exchange.status, body
 
     async def _stream(
         self,
-        transport: StreamTransport,
+        proto: HTTPProtocol,
+        sse_headers: list[tuple[str, str]],
         exchange: Exchange,
-        frames: AsyncGenerator[bytes, None],
+        registration: Registration,
+        request: dict[str, Any],
         active: Active,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
+        """The SSE response. It starts with its first bytes: a reply whose first engine item
+        finishes it (a batch) goes out as head, events and end in one go, which granian
+        writes at once instead of waking for each."""
+        transport: StreamTransport | None = None  # held here only: see the finally
         ended = False
         last = b""  # the frames that finished the response go out with its closing ones
+        items = None
         try:
             try:
-                async for frame in frames:
+                items = await open_items(registration, request, active.context, loop)
+                async for item in items:
+                    frame = as_frame(item)
                     out = exchange.feed(frame)
                     if exchange.finished and not active.interrupted:
                         # Only a failure ends the stream from a frame ([DONE] after its error).
@@ -343,13 +383,17 @@ class EndpointApp:
                         last = out
                         break
                     if out:
+                        if transport is None:
+                            transport = proto.response_stream(200, sse_headers)
                         await transport.send_bytes(out)
                     if active.interrupted:
                         raise asyncio.CancelledError
             finally:
-                await frames.aclose()
+                await close_items(items)
             last += exchange.finish()
             ended = True
+            if transport is None:
+                transport = proto.response_stream(200, sse_headers)
             await transport.send_bytes(last)
         except ProtocolClosed:
             active.context.stop_generating()
@@ -358,13 +402,13 @@ class EndpointApp:
                 raise
             absorb_cancel(active.task)
             if active.stopping and not active.disconnected and not ended:
-                await self._send_last(transport, last + exchange.fail(SHUTTING_DOWN))
-        except Exception as err:
-            message, status = engine_failure(err)
-            if status >= 500:
-                log_failure("engine failed on streaming request %s", active.context.id)
+                last += exchange.fail(SHUTTING_DOWN)
+                await self._send_last(transport or proto.response_stream(200, sse_headers), last)
+        except ENGINE_ERRORS as raised:
+            message, status = engine_failed(raised, "streaming request %s", active.context.id)
             if not ended:
-                await self._send_last(transport, last + exchange.fail(message, status))
+                last += exchange.fail(message, status)
+                await self._send_last(transport or proto.response_stream(200, sse_headers), last)
         finally:
             # granian ends the response when the transport is freed. Drop it now, so a
             # traceback that outlives this frame (a reference cycle, a log record) can't
@@ -378,19 +422,19 @@ class EndpointApp:
         registration: Registration,
         headers: list[tuple[str, str]],
         echoed: str | None,
+        task: asyncio.Task[Any],
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         """Several prompts: one engine stream per prompt, run together, their frames merged
         by the batch as they arrive (one body, or one stream with one [DONE])."""
-        task = asyncio.current_task()
-        assert task is not None  # _generate checked it
         active = Active(task, RequestContext(batch.request_id), proto)
-        self._inflight.add(active)
+        self._inflight.add(active, loop)
         transport: StreamTransport | None = None
         try:
             if batch.stream:
                 sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, headers[-1]]
                 transport = proto.response_stream(200, sse_headers)
-            body = await self._merge(batch, registration, active, transport)
+            body = await self._merge(batch, registration, active, transport, loop)
             if transport is not None:
                 with contextlib.suppress(ProtocolClosed):
                     await transport.send_bytes(body)
@@ -408,6 +452,7 @@ class EndpointApp:
         registration: Registration,
         active: Active,
         transport: StreamTransport | None,
+        loop: asyncio.AbstractEventLoop,
     ) -> bytes:
         """Run every prompt's engine stream; stream out what the batch gives (when
         `transport`), and return what is left to send: the closing bytes, the unary body,
@@ -417,15 +462,16 @@ class EndpointApp:
 
         async def pump(part: int) -> None:
             request = orjson.loads(batch.engine_requests[part])
-            frames = engine_frames(registration, request, contexts[part])
+            items: AsyncIterator[EngineItem] | None = None
             try:
-                async for frame in frames:
-                    arrived.put_nowait((part, frame))
+                items = await open_items(registration, request, contexts[part], loop)
+                async for item in items:
+                    arrived.put_nowait((part, as_frame(item)))
                 arrived.put_nowait((part, None))
-            except Exception as err:
-                arrived.put_nowait((part, err))
+            except ENGINE_ERRORS as err:
+                arrived.put_nowait((part, as_engine_error(err)))
             finally:
-                await frames.aclose()
+                await close_items(items)
 
         pumps = [asyncio.ensure_future(pump(part)) for part in range(len(contexts))]
         running = set(range(len(pumps)))

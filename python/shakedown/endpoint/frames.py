@@ -1,10 +1,14 @@
-"""Engine output as serialized frames, whichever loop the engine runs on.
+"""Engine output, whichever loop the engine runs on.
 
-`engine_frames` yields each item the engine produces as JSON bytes (what the
-pipeline's `Exchange.feed` takes). An item is one output dict or, when several outputs
-are ready at once, a list of them (a batch: one serialization, one pipeline call and one
-send for all of them). Closing the returned generator, or cancelling
-the task iterating it, closes the engine's own generator, on the engine's loop.
+`open_items` opens a request's stream of engine items. An item is one output dict or, when
+several outputs are ready at once, a list of them (a batch: one serialization, one pipeline
+call and one send for all of them), or either of those already serialized (JSON bytes);
+`as_frame` makes any item the JSON bytes the pipeline's `Exchange.feed` takes. An engine on
+the endpoint's loop is iterated directly (no generator of ours in between: a request's cost
+is mostly such fixed costs); one on another loop runs there, its items serialized there.
+`close_items`, or cancelling the task iterating the stream, closes the engine's generator,
+on the engine's loop. Whoever iterates a stream treats `ENGINE_ERRORS` from it as the
+engine's failure (`as_engine_error`).
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from .registry import EngineItem, Registration
 log = logging.getLogger("shakedown.endpoint")
 
 
-def log_failure(message: str, *args: object) -> None:
-    """Log the exception being handled as text. granian ends a streamed response only
-    when its transport object is freed, so a log record that kept the traceback (and
-    with it the handler's locals) alive would hold the client's stream open."""
-    text = "".join(traceback.format_exception(*sys.exc_info()))
+def log_failure(message: str, *args: object, error: BaseException | None = None) -> None:
+    """Log `error` (default: the exception being handled) as text. granian ends a streamed
+    response only when its transport object is freed, so a log record that kept the
+    traceback (and with it the handler's locals) alive would hold the client's stream open."""
+    if error is None:
+        text = "".join(traceback.format_exception(*sys.exc_info()))
+    else:
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     log.error(message + "\n%s", *args, text.rstrip())
 
 
@@ -45,7 +52,8 @@ class EngineExit(RuntimeError):
 ENGINE_ERRORS = (Exception, KeyboardInterrupt, SystemExit)
 
 
-def _as_engine_error(err: BaseException) -> Exception:
+def as_engine_error(err: BaseException) -> Exception:
+    """The exception an engine raised, as one that fails only its request."""
     if isinstance(err, Exception):
         return err
     exit_error = EngineExit(f"the engine raised {type(err).__name__}")
@@ -53,19 +61,29 @@ def _as_engine_error(err: BaseException) -> Exception:
     return exit_error
 
 
+def as_frame(item: EngineItem) -> bytes:
+    """An engine item as JSON bytes (serialized items pass as they are)."""
+    return item if type(item) is bytes else orjson.dumps(item)
+
+
 async def _open(
     engine: Any, request: dict[str, Any], context: RequestContext
 ) -> AsyncIterator[EngineItem]:
     stream = engine(request, context)
+    if hasattr(stream, "__anext__"):
+        return stream  # type: ignore[no-any-return]
     if inspect.isawaitable(stream):
         # `async def generate(...)` that returns an iterator rather than being one.
         stream = await stream
-    if not hasattr(stream, "__anext__"):
-        raise TypeError(f"engine returned {type(stream).__name__}, not an async iterator")
-    return stream  # type: ignore[no-any-return]
+        if hasattr(stream, "__anext__"):
+            return stream  # type: ignore[no-any-return]
+    raise TypeError(f"engine returned {type(stream).__name__}, not an async iterator")
 
 
-async def _close(stream: AsyncIterator[EngineItem] | None) -> None:
+async def close_items(stream: AsyncIterator[EngineItem] | None) -> None:
+    """Close an engine stream (`open_items`'); an engine's error while closing is logged."""
+    if getattr(stream, "ag_frame", True) is None:
+        return  # an async generator that has ended: nothing to close
     aclose = getattr(stream, "aclose", None)
     if aclose is None:
         return
@@ -73,20 +91,6 @@ async def _close(stream: AsyncIterator[EngineItem] | None) -> None:
         await aclose()
     except ENGINE_ERRORS:
         log_failure("engine raised while its generator was being closed")
-
-
-async def _local_frames(
-    engine: Any, request: dict[str, Any], context: RequestContext
-) -> AsyncGenerator[bytes, None]:
-    stream = None
-    try:
-        stream = await _open(engine, request, context)
-        async for frame in stream:
-            yield orjson.dumps(frame)
-    except (KeyboardInterrupt, SystemExit) as err:
-        raise _as_engine_error(err) from err
-    finally:
-        await _close(stream)
 
 
 class _End:
@@ -101,8 +105,8 @@ async def _remote_frames(
     loop: asyncio.AbstractEventLoop,
     request: dict[str, Any],
     context: RequestContext,
+    here: asyncio.AbstractEventLoop,
 ) -> AsyncGenerator[bytes, None]:
-    here = asyncio.get_running_loop()
     queue: asyncio.Queue[bytes | _End] = asyncio.Queue()
 
     def deliver(item: bytes | _End) -> None:
@@ -113,17 +117,17 @@ async def _remote_frames(
         stream = None
         try:
             stream = await _open(engine, request, context)
-            async for frame in stream:
-                deliver(orjson.dumps(frame))
+            async for item in stream:
+                deliver(as_frame(item))
         except asyncio.CancelledError:
             context.stop_generating()
             raise
         except ENGINE_ERRORS as err:
-            deliver(_End(_as_engine_error(err)))
+            deliver(_End(as_engine_error(err)))
         else:
             deliver(_End(None))
         finally:
-            await _close(stream)
+            await close_items(stream)
 
     if loop.is_closed() or not loop.is_running():
         raise RuntimeError("the engine's event loop is not running")
@@ -147,10 +151,16 @@ async def _remote_frames(
         pumping.cancel()  # thread-safe; a no-op once the pump has finished
 
 
-def engine_frames(
-    registration: Registration, request: dict[str, Any], context: RequestContext
-) -> AsyncGenerator[bytes, None]:
+async def open_items(
+    registration: Registration,
+    request: dict[str, Any],
+    context: RequestContext,
+    here: asyncio.AbstractEventLoop,
+) -> AsyncIterator[EngineItem]:
+    """The engine's stream of items for `request`, opened on the loop `here`: the engine's
+    own generator when it runs on that loop, else a generator of its items serialized on
+    its loop."""
     engine, loop = registration
-    if loop is None or loop is asyncio.get_running_loop():
-        return _local_frames(engine, request, context)
-    return _remote_frames(engine, loop, request, context)
+    if loop is None or loop is here:
+        return await _open(engine, request, context)
+    return _remote_frames(engine, loop, request, context, here)

@@ -81,9 +81,9 @@ class InFlight:
         self._timed_out: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
 
-    def reading(self, task: asyncio.Task[Any]) -> None:
-        """`task` starts reading a body: it is cancelled once past its deadline."""
-        loop = asyncio.get_running_loop()
+    def reading(self, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop) -> None:
+        """`task`, running on `loop`, starts reading a body: it is cancelled once past its
+        deadline."""
         self._reading[task] = loop.time() + self.body_read_timeout
         self._wake(loop)
 
@@ -99,9 +99,10 @@ class InFlight:
         absorb_cancel(task)
         return True
 
-    def add(self, active: Active) -> None:
+    def add(self, active: Active, loop: asyncio.AbstractEventLoop) -> None:
+        """`active`, running on `loop`, is in flight."""
         self.active.add(active)
-        self._wake(asyncio.get_running_loop())
+        self._wake(loop)
 
     def discard(self, active: Active) -> None:
         active.unwatch()

@@ -9,8 +9,9 @@ from typing import Any, NamedTuple, TypeAlias
 
 from .context import RequestContext
 
-EngineItem: TypeAlias = dict[str, Any] | list[dict[str, Any]]
-"""One output, or a batch of outputs ready at once (a list, handed to the pipeline whole)."""
+EngineItem: TypeAlias = dict[str, Any] | list[dict[str, Any]] | bytes
+"""One output, or a batch of outputs ready at once (a list, handed to the pipeline whole), or
+either already serialized as JSON (bytes, handed over as they are)."""
 Engine: TypeAlias = Callable[[dict[str, Any], RequestContext], AsyncIterator[EngineItem]]
 """`async def generate(request: dict, context) -> AsyncIterator[dict]`, as Python workers have;
 an engine may also yield lists of outputs when several are ready at once."""

@@ -10,10 +10,11 @@ Output comes from, in order of preference:
 `max_tokens` is required in every case, as by the reference (`MockerRequestError`, a 400).
 
 Replayed rows are emitted whatever `max_tokens` says (the default script is cut at
-it), one token per frame (`generate_batches`: up to `BATCH_OUTPUTS` frames a list when
-there is no delay); the last frame has no tokens and `finish_reason: "length"`, so a reply that ends in EOS finishes
-as `stop` at the frontend (hidden EOS) and one that doesn't as `length`. Frames
-carry the reference mocker's fields, with `completion_usage` on the first and last.
+it), one token per frame; the last frame has no tokens and `finish_reason: "length"`, so a
+reply that ends in EOS finishes as `stop` at the frontend (hidden EOS) and one that doesn't
+as `length`. `generate` yields the reference mocker's frames, with `completion_usage` on the
+first and last; `generate_batches` (what `shakedown serve` runs) the same frames as JSON
+arrays of the outputs ready at once, with only the fields the frontend reads.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import asyncio
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -141,10 +142,39 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     }
 
 
-def _last_frame(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    last = _frame([], "length")
+def _last_frame(
+    prompt_tokens: int, completion_tokens: int, reason: str = "length"
+) -> dict[str, Any]:
+    last = _frame([], reason)
     last["completion_usage"] = _usage(prompt_tokens, completion_tokens)
     return last
+
+
+# The serialized outputs `generate_batches` yields carry only what the frontend reads of a
+# frame: the other fields of the reference's are null (or `output_type`, which it ignores).
+_TOKEN_JSON = b'{"token_ids":[%d]}'
+_FIRST_JSON = b'{"token_ids":[%d],"completion_usage":%s}'
+_LAST_JSON = b'{"token_ids":[],"finish_reason":"%s","completion_usage":%s}'
+
+
+def _last_json(prompt_tokens: int, completion_tokens: int, reason: bytes = b"length") -> bytes:
+    return _LAST_JSON % (reason, orjson.dumps(_usage(prompt_tokens, completion_tokens)))
+
+
+def _batches_json(ids: list[int], prompt_tokens: int, size: int) -> list[bytes]:
+    """`ids` as JSON arrays of up to `size` outputs each; the last array carries the
+    final frame (an array of its own when there are no ids)."""
+    outputs = [_TOKEN_JSON % token for token in ids]
+    if outputs:
+        outputs[0] = _FIRST_JSON % (ids[0], orjson.dumps(_usage(prompt_tokens, 1)))
+    last = _last_json(prompt_tokens, len(ids))
+    batches = [outputs[start : start + size] for start in range(0, len(ids), size)] or [[]]
+    batches[-1].append(last)
+    return [b"[" + b",".join(batch) + b"]" for batch in batches]
+
+
+CACHED_REPLIES = 256
+"""Serialized replies kept per mocker (a scripted row at one prompt length each)."""
 
 
 class Mocker:
@@ -168,20 +198,26 @@ class Mocker:
         self._random_range = random_id_range(vocab_size)
         self._avoid = frozenset(avoid_ids)
         self._rng = random.Random(seed)
+        self._cached: dict[Hashable, list[bytes]] = {}
 
     def choose(self, request: Mapping[str, Any]) -> list[int] | None:
         """The scripted ids for `request`, or None for random output."""
+        return self._row(request)[0]
+
+    def _row(self, request: Mapping[str, Any]) -> tuple[list[int] | None, str | None]:
+        """The scripted ids for `request` (None: random output) and the replay key that
+        named them (None: the default script, or random output)."""
         key = replay_key(request)
         if key is not None:
             session, _, turn = key.rpartition(":")
             rows = self.replay.get(session)
             if turn.isdigit() and rows is not None and int(turn) < len(rows):
-                return rows[int(turn)]
+                return rows[int(turn)], key
             log.warning(
                 "request asked for output token replay but key was not found replay_key=%r", key
             )
-            return None
-        return self.default
+            return None, None
+        return self.default, None
 
     def _random_ids(self, max_tokens: int) -> list[int]:
         low, high = self._random_range
@@ -192,56 +228,66 @@ class Mocker:
                 ids.append(token)
         return ids
 
-    async def generate(
-        self, request: dict[str, Any], context: EngineContext
-    ) -> AsyncIterator[dict[str, Any]]:
-        """One output per item, as the reference mocker sends them (any engine consumer)."""
-        async for outputs in self._steps(request, context, 1):
-            yield outputs[0]
-
-    async def generate_batches(
-        self, request: dict[str, Any], context: EngineContext
-    ) -> AsyncIterator[EngineItem]:
-        """The same outputs, those ready at once as one list (shakedown's endpoint takes
-        lists): with no delay, up to `BATCH_OUTPUTS` a list."""
-        async for outputs in self._steps(request, context, BATCH_OUTPUTS):
-            yield outputs if len(outputs) > 1 else outputs[0]
-
-    async def _steps(
-        self, request: dict[str, Any], context: EngineContext, batch: int
-    ) -> AsyncIterator[list[dict[str, Any]]]:
-        """The outputs in lists of those ready together: one token each when there is a delay
-        (the final frame on its own), else up to `batch` (the last list carries the final
-        frame)."""
+    def _reply(self, request: Mapping[str, Any]) -> tuple[list[int], int, Hashable | None]:
+        """The reply's ids, the prompt's length, and a key naming this exact reply (None
+        for random output, which is never the same twice)."""
         # Like the reference mocker, before any output and even for a replayed row.
         max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
             raise MockerRequestError(MAX_TOKENS_REQUIRED)
-        ids = self.choose(request)
+        prompt_tokens = len(request.get("token_ids") or ())
+        ids, key = self._row(request)
         if ids is None:
-            ids = self._random_ids(max_tokens)
-        elif self.default is not None and ids is self.default:
+            return self._random_ids(max_tokens), prompt_tokens, None
+        if key is None:
             # A named replay row is emitted whole, as the reference mocker does; the
             # default script stands in for a model, so it honours `max_tokens`.
             ids = ids[:max_tokens]
-        prompt_tokens = len(request.get("token_ids") or ())
+        return ids, prompt_tokens, (key, len(ids), prompt_tokens)
+
+    async def generate(
+        self, request: dict[str, Any], context: EngineContext
+    ) -> AsyncIterator[dict[str, Any]]:
+        """One output per item, as the reference mocker sends them (any engine consumer)."""
+        ids, prompt_tokens, _ = self._reply(request)
         delay = self.token_delay
-        step = 1 if delay else batch
-        for start in range(0, len(ids), step):
+        for done, token in enumerate(ids):
             if context.is_stopped():
-                last = _frame([], "cancelled")
-                last["completion_usage"] = _usage(prompt_tokens, start)
-                yield [last]
+                yield _last_frame(prompt_tokens, done, "cancelled")
                 return
             if delay:
                 await asyncio.sleep(delay)
-            outputs = [_frame([token]) for token in ids[start : start + step]]
-            if start == 0:
-                outputs[0]["completion_usage"] = _usage(prompt_tokens, 1)
-            if step > 1 and start + step >= len(ids):
-                outputs.append(_last_frame(prompt_tokens, len(ids)))
-            yield outputs
-        if step == 1 or not ids:
-            yield [_last_frame(prompt_tokens, len(ids))]
+            frame = _frame([token])
+            if done == 0:
+                frame["completion_usage"] = _usage(prompt_tokens, 1)
+            yield frame
+        yield _last_frame(prompt_tokens, len(ids))
+
+    async def generate_batches(
+        self, request: dict[str, Any], context: EngineContext
+    ) -> AsyncIterator[EngineItem]:
+        """The same outputs serialized, those ready at once as one JSON array (shakedown's
+        endpoint takes serialized batches): with no delay, up to `BATCH_OUTPUTS` an array,
+        the last one carrying the final frame, and a scripted reply's arrays are made once;
+        with a delay, one output an array. Outputs carry only the fields the frontend reads
+        (the reference's others are null)."""
+        if self.token_delay:
+            async for frame in self.generate(request, context):
+                read = {k: v for k, v in frame.items() if v is not None and k != "output_type"}
+                yield b"[" + orjson.dumps(read) + b"]"
+            return
+        ids, prompt_tokens, key = self._reply(request)
+        batches = None if key is None else self._cached.get(key)
+        if batches is None:
+            batches = _batches_json(ids, prompt_tokens, BATCH_OUTPUTS)
+            if key is not None:
+                if len(self._cached) >= CACHED_REPLIES:
+                    self._cached.clear()
+                self._cached[key] = batches
+        for done, batch in enumerate(batches):
+            if context.is_stopped():
+                yield b"[" + _last_json(prompt_tokens, done * BATCH_OUTPUTS, b"cancelled") + b"]"
+                return
+            yield batch
 
     __call__ = generate

@@ -27,7 +27,7 @@ from typing import Any
 from shakedown._core import Pipeline
 
 from . import stack
-from .cases import Case, requests_for
+from .cases import Case, parse_case, requests_for
 from .client import parse_endpoint
 from .grammar import TOOLS, WEATHER, Pair, Piece, generate
 from .normalize import mask_generated, sse_events
@@ -124,16 +124,18 @@ class FuzzCase:
         body["nvext"] = {"annotations": [f"output_replay_id:{session}:0"]}
         return body
 
+    def case_line(self, session: str) -> dict[str, Any]:
+        """The case as a line of a parity case file (`shakedown parity --cases`)."""
+        line: dict[str, Any] = {"name": self.name}
+        if self.surface != "chat":
+            line["path"] = "/v1/completions"
+        line["body"] = self.body(session)
+        if self.include_usage:
+            line["stream_extra"] = {"stream_options": {"include_usage": True}}
+        return line
+
     def case(self, session: str) -> Case:
-        extra = {"stream_options": {"include_usage": True}} if self.include_usage else {}
-        path = "/v1/chat/completions" if self.surface == "chat" else "/v1/completions"
-        return Case(
-            name=self.name,
-            path=path,
-            body=self.body(session),
-            modes=("unary", "stream"),
-            stream_extra=extra,
-        )
+        return parse_case(self.case_line(session), self.name)
 
     def describe(self) -> str:
         knobs = [f"split={self.split}", f"eos={self.eos}", self.surface]
@@ -181,6 +183,32 @@ def draw_case(pair: Pair, seed: int, index: int, tokenize: Callable[[str], list[
     return case
 
 
+def draw_corpus(
+    pair: Pair, seed: int, count: int, start: int, tokenize: Callable[[str], list[int]]
+) -> dict[str, FuzzCase]:
+    """Cases `start`..`start + count` of `seed`, by the replay session that scripts each."""
+    return {f"f{i}": draw_case(pair, seed, i, tokenize) for i in range(start, start + count)}
+
+
+def write_trace(path: Path, rows: dict[str, list[int]]) -> None:
+    """A replay trace both mockers read: one engine output (token ids) per session."""
+    with open(path, "w", encoding="utf-8") as f:
+        for session, ids in rows.items():
+            row = {"session_id": session, "output_length": len(ids), "output_token_ids": ids}
+            f.write(json.dumps(row) + "\n")
+
+
+def export_corpus(
+    corpus: dict[str, FuzzCase], tokenize: Callable[[str], list[int]], out: Path
+) -> None:
+    """`trace.jsonl` for the mockers and `cases.jsonl` for `shakedown parity`."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_trace(out / "trace.jsonl", {s: c.token_ids(tokenize) for s, c in corpus.items()})
+    with open(out / "cases.jsonl", "w", encoding="utf-8") as f:
+        for session, case in corpus.items():
+            f.write(json.dumps(case.case_line(session), ensure_ascii=False) + "\n")
+
+
 # ---------------------------------------------------------------- the live stacks
 
 
@@ -219,10 +247,7 @@ class FuzzStack:
         """Write `rows` as the trace and (re)start both mockers on it."""
         self.loads += 1
         trace = self.work_dir / f"trace-{self.loads}.jsonl"
-        with open(trace, "w", encoding="utf-8") as f:
-            for session, ids in rows.items():
-                row = {"session_id": session, "output_length": len(ids), "output_token_ids": ids}
-                f.write(json.dumps(row) + "\n")
+        write_trace(trace, rows)
         for key in ("mocker", "shakedown"):
             if key in self.procs:
                 self.procs.pop(key).stop()
@@ -546,9 +571,9 @@ def fuzz_pair(
     """Draw `count` cases from `seed` and compare them; the findings are not shrunk."""
     began = time.monotonic()
     pair = fuzz_stack.pair
-    cases = [draw_case(pair, seed, i, fuzz_stack.tokenize) for i in range(start, start + count)]
-    sessions = [f"f{i}" for i in range(start, start + count)]
-    fuzz_stack.load({s: c.token_ids(fuzz_stack.tokenize) for s, c in zip(sessions, cases)})
+    corpus = draw_corpus(pair, seed, count, start, fuzz_stack.tokenize)
+    sessions, cases = list(corpus), list(corpus.values())
+    fuzz_stack.load({s: c.token_ids(fuzz_stack.tokenize) for s, c in corpus.items()})
     results = run_cases(fuzz_stack, cases, sessions, jobs, against_itself)
     findings = [Finding(c, o) for c, o in zip(cases, results) if any(not x.ok for x in o)]
     requests = sum(len(o) for o in results)
@@ -587,7 +612,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--dynamo-python",
-        required=True,
         type=Path,
         help="interpreter of a venv with ai-dynamo==1.6.1 (tools/dynamo_venv.sh prints one)",
     )
@@ -623,17 +647,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--golden-dir", type=Path, help="write each golden fixture to a file here, not stdout"
     )
+    parser.add_argument(
+        "--export",
+        type=Path,
+        metavar="DIR",
+        help="start nothing: write each pair's corpus to DIR/PAIR/ (trace.jsonl for both "
+        "mockers, cases.jsonl for `shakedown parity --cases`)",
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         pairs = [parse_pair(p) for p in args.pair] or list(PAIRS.values())
     except ValueError as err:
         parser.error(str(err))
     out = sys.stdout
+    if args.export is not None:
+        tokenize = Pipeline(args.model_dir).tokenize
+        for pair in pairs:
+            where = args.export / _dir_name(pair)
+            export_corpus(
+                draw_corpus(pair, args.seed, args.cases, args.start, tokenize), tokenize, where
+            )
+            print(f"{pair.name}: {args.cases} cases of seed {args.seed} in {where}", file=out)
+        return 0
+    if args.dynamo_python is None:
+        parser.error("--dynamo-python is required (unless --export)")
     total_differ = 0
     with tempfile.TemporaryDirectory(prefix="shakedown-fuzz-") as tmp:
         root = args.work_dir or Path(tmp)
         for pair in pairs:
-            work = root / pair.name.replace("+", "_")
+            work = root / _dir_name(pair)
             with FuzzStack(
                 pair, args.dynamo_python, args.model_dir, work, harmony_vocab=args.harmony_vocab
             ) as fuzz_stack:
@@ -667,6 +709,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for finding in chosen:
                     _print_finding(finding, fuzz_stack, out, args.golden_dir)
     return 1 if total_differ else 0
+
+
+def _dir_name(pair: Pair) -> str:
+    return pair.name.replace("+", "_")
 
 
 def one_per_class(findings: Iterable[Finding]) -> list[Finding]:

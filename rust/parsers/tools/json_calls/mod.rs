@@ -31,6 +31,7 @@ mod objects;
 mod olmo3;
 mod opening;
 mod pythonic;
+pub mod pythonic_whole;
 mod wrapper;
 
 use std::sync::Arc;
