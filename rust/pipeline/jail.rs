@@ -14,7 +14,9 @@
 //! released with the finish reason. Only the pipeline (which reproduces the
 //! reference) uses this module; the standalone parsers stream calls as they close.
 
+use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
+use crate::parsers::tools::json_calls::pythonic_whole::parse_whole;
 use crate::parsers::ToolCall;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
@@ -25,6 +27,9 @@ enum Trigger {
     Json,
     /// Marker families: a start marker, or a prefix of one ending the text.
     Marker,
+    /// DeepSeek V3.1: as `Marker`, on the text with its surrounding whitespace
+    /// trimmed (`< ` ends with `<`).
+    TrimmedMarker,
     /// Pythonic: any `[`.
     Pythonic,
 }
@@ -35,6 +40,10 @@ pub struct JailRules {
     starts: &'static [&'static str],
     ends: &'static [&'static str],
     trigger: Trigger,
+    forced_as_auto: bool,
+    /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
+    /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
+    json_after_marker: bool,
 }
 
 impl JailRules {
@@ -55,10 +64,23 @@ impl JailRules {
                     &["<|tool_calls_section_end|>"],
                     Trigger::Marker,
                 ),
-                "deepseek_v3" | "deepseek_v3_1" => (
+                "harmony" => (
+                    &[
+                        "<|start|>assistant<|channel|>commentary",
+                        "<|channel|>commentary",
+                    ],
+                    &["<|call|>"],
+                    Trigger::Marker,
+                ),
+                "deepseek_v3" => (
                     &["<｜tool▁calls▁begin｜>"],
                     &["<｜tool▁calls▁end｜>"],
                     Trigger::Marker,
+                ),
+                "deepseek_v3_1" => (
+                    &["<｜tool▁calls▁begin｜>"],
+                    &["<｜tool▁calls▁end｜>"],
+                    Trigger::TrimmedMarker,
                 ),
                 _ => (markers, &[], Trigger::Marker),
             };
@@ -66,7 +88,26 @@ impl JailRules {
             starts,
             ends,
             trigger,
+            forced_as_auto: name == "kimi_k2",
+            json_after_marker: name == "mistral",
         }
+    }
+
+    /// Whether a forced tool choice (`required`, named) runs this family's usual
+    /// jail rather than holding the whole answer (kimi_k2, live-checked).
+    pub fn jails_forced_choice_as_auto(&self) -> bool {
+        self.forced_as_auto
+    }
+
+    /// Whether the text has a start marker and none of them is followed by JSON.
+    fn marker_without_json(&self, text: &str) -> bool {
+        self.starts.iter().any(|m| {
+            let mut segments = text.split(m);
+            segments.next();
+            let mut segments = segments.peekable();
+            segments.peek().is_some()
+                && segments.all(|seg| !seg.trim_start().starts_with(['{', '[']))
+        })
     }
 
     /// The family's start heuristic (the reference's `detect_tool_call_start`).
@@ -85,12 +126,22 @@ impl JailRules {
                                 })
                         }))
             }
-            Trigger::Marker => self
-                .starts
-                .iter()
-                .any(|m| text.contains(m) || prefixes(m).any(|p| text.ends_with(p))),
+            Trigger::Marker => self.marker_or_prefix_ends(text),
+            Trigger::TrimmedMarker => self.marker_or_prefix_ends(text.trim()),
             Trigger::Pythonic => text.trim().contains('['),
         }
+    }
+
+    /// A start marker anywhere, or a prefix of one ending `text`.
+    fn marker_or_prefix_ends(&self, text: &str) -> bool {
+        self.starts
+            .iter()
+            .any(|m| text.contains(m) || prefixes(m).any(|p| text.ends_with(p)))
+    }
+
+    /// Whether `text` holds a complete start marker.
+    fn has_start(&self, text: &str) -> bool {
+        self.starts.iter().any(|m| text.contains(m))
     }
 
     /// What the reference's marker matcher looks for: the start markers, or, for a
@@ -220,8 +271,9 @@ impl ToolJail {
         Some(self.parse(&held))
     }
 
-    /// The jail ends at the first end marker or, in a family without one, where a whole
-    /// parse finds calls.
+    /// The jail ends at the first end marker or, in a family without one or when no
+    /// start marker opened it (JSON a start guess jailed), where a whole parse finds
+    /// calls.
     fn try_end(&mut self, out: &mut Released) {
         let end = self
             .rules
@@ -230,7 +282,7 @@ impl ToolJail {
             .find_map(|m| self.held.find(m).map(|at| at + m.len()));
         let end = match end {
             Some(end) => end,
-            None if self.rules.ends.is_empty()
+            None if (self.rules.ends.is_empty() || !self.rules.has_start(&self.held))
                 && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
@@ -247,14 +299,20 @@ impl ToolJail {
     /// The reference's whole parse is strict: JSON and Python lists parse only once
     /// every bracket they opened is closed.
     fn could_be_whole(&self) -> bool {
-        self.rules.trigger == Trigger::Marker || brackets_closed(&self.held)
+        matches!(self.rules.trigger, Trigger::Marker | Trigger::TrimmedMarker)
+            || brackets_closed(&self.held)
     }
 
     fn parse(&self, text: &str) -> Parsed {
+        if self.rules.trigger == Trigger::Pythonic {
+            return parse_pythonic(text);
+        }
         let (message, _) = parse_with(text, &self.tools);
-        if message.tool_calls.is_empty() {
+        if message.tool_calls.is_empty()
+            || (self.rules.json_after_marker && self.rules.marker_without_json(text))
+        {
             // Held text with a start marker and no call in it is dropped whole.
-            let marked = self.rules.starts.iter().any(|m| text.contains(m));
+            let marked = self.rules.has_start(text);
             return Parsed {
                 calls: Vec::new(),
                 content: if marked {
@@ -269,6 +327,35 @@ impl ToolJail {
             calls: message.tool_calls,
             content: message.content.trim().to_owned(),
         }
+    }
+}
+
+/// Dynamo's pythonic parser over the held text: a call list that is not valid
+/// Python loses the whole text (the reference releases an empty content).
+fn parse_pythonic(text: &str) -> Parsed {
+    match parse_whole(text) {
+        Ok(parse) if !parse.calls.is_empty() => Parsed {
+            calls: parse
+                .calls
+                .into_iter()
+                .enumerate()
+                .map(|(index, (name, arguments))| ToolCall {
+                    index,
+                    id: new_call_id(),
+                    name,
+                    arguments,
+                })
+                .collect(),
+            content: parse.content,
+        },
+        Ok(_) => Parsed {
+            calls: Vec::new(),
+            content: text.to_owned(),
+        },
+        Err(_) => Parsed {
+            calls: Vec::new(),
+            content: String::new(),
+        },
     }
 }
 

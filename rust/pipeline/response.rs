@@ -17,6 +17,7 @@ use super::jail::{JailRules, Parsed, Released, ToolJail};
 use super::logprobs::{self, TokenLogprob};
 use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
+use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::{CallDelta, ChatParser, Delta};
 
 /// The message Dynamo shows for any engine failure (the engine's own text stays inside).
@@ -43,9 +44,12 @@ struct Choice {
     held_calls: Vec<crate::parsers::CallDelta>,
     /// A forced tool choice: the answer text, released only if no call was parsed.
     jailed: String,
+    /// The reasoning stage has passed answer text: from then on, under a forced
+    /// tool choice, every frame's content (empty too) goes into the jail.
+    answered_once: bool,
     /// Tools in play (not forced): Dynamo's tool-call jail on the content.
     jail: Option<ToolJail>,
-    /// A forced tool choice with no tool-call parser: the guided JSON answer.
+    /// A forced tool choice: the guided JSON answer.
     guided: Option<GuidedCalls>,
     /// Calls the jail released so far (the next release's indexes go on from here).
     calls_released: usize,
@@ -286,23 +290,23 @@ impl ResponseState {
         // so only in its dialect); a forced tool choice holds the whole answer instead
         // (see `emit`).
         let jail = parsers
-            .filter(|spec| {
-                spec.reference_streaming
-                    && self.plan.surface == Surface::Chat
-                    && !self.plan.tool_choice.forces_calls()
-            })
+            .filter(|spec| spec.reference_streaming && self.plan.surface == Surface::Chat)
             .and_then(|spec| {
                 let family = spec.tool_call?;
                 let markers = family.build(spec.tools.clone()).start_markers();
-                Some(ToolJail::new(
-                    JailRules::for_family(family.name(), markers),
-                    spec,
-                ))
+                let rules = JailRules::for_family(family.name(), markers);
+                (!self.plan.tool_choice.forces_calls() || rules.jails_forced_choice_as_auto())
+                    .then(|| ToolJail::new(rules, spec))
             });
-        let forced_unparsed = self.plan.surface == Surface::Chat
+        // Dynamo reads the answer to a forced tool choice as guided JSON, with a
+        // tool-call parser too (its streaming, so only in its dialect there).
+        let forced_guided = self.plan.surface == Surface::Chat
             && self.plan.tool_choice.forces_calls()
-            && !parsers.is_some_and(|spec| spec.tool_call.is_some());
-        let guided = forced_unparsed.then(|| {
+            && jail.is_none()
+            && parsers.map_or(true, |spec| {
+                spec.tool_call.is_none() || spec.reference_streaming
+            });
+        let guided = forced_guided.then(|| {
             GuidedCalls::new(match &self.plan.tool_choice {
                 ToolChoiceMode::Named(name) => Some(name.clone()),
                 _ => None,
@@ -310,7 +314,7 @@ impl ResponseState {
         });
         let parser = parsers.map(|spec| {
             let parser = ChatParser::from_spec(spec);
-            if jail.is_some() {
+            if jail.is_some() || guided.is_some() {
                 parser.without_tool_stage()
             } else {
                 parser
@@ -328,6 +332,7 @@ impl ResponseState {
             had_calls: false,
             held_calls: Vec::new(),
             jailed: String::new(),
+            answered_once: false,
             in_reasoning: false,
             content: String::new(),
             reasoning: String::new(),
@@ -409,7 +414,9 @@ impl ResponseState {
         // The step's answer text went into the forced tool choice's jail.
         let mut held = false;
         if let Some(guided) = choice.guided.as_mut() {
-            held = true;
+            // Held: answer text went in, or no text came at all (a cut character);
+            // text the reasoning parser took still makes its chunk.
+            held = !self.delta.content.is_empty() || self.piece.is_empty();
             match guided.feed(&self.delta.content) {
                 Shape::Json => {
                     self.delta.content.clear();
@@ -436,10 +443,33 @@ impl ResponseState {
         // Calls were parsed and all dropped: the last chunk says `"content":""`.
         let mut emptied = false;
         if self.plan.tool_choice.forces_calls() {
+            choice.answered_once |= answered;
+            held |= choice.answered_once;
             choice.jailed.push_str(&self.delta.content);
             self.delta.content.clear();
             self.delta.calls_at = 0;
             choice.held_calls.append(&mut self.delta.calls);
+            if ending && choice.guided.is_some() {
+                // The held answer is parsed whole by the tool-call parser, if any.
+                if let Some(spec) = self.plan.parsers.as_ref().filter(|s| s.tool_call.is_some()) {
+                    let tools = ChatParserSpec {
+                        reasoning: None,
+                        stream_arguments: false,
+                        ..spec.clone()
+                    };
+                    let (message, _) = parse_with(&choice.jailed, &tools);
+                    choice.held_calls = message
+                        .tool_calls
+                        .into_iter()
+                        .map(|call| CallDelta {
+                            index: call.index,
+                            id: Some(call.id),
+                            name: Some(call.name),
+                            arguments: call.arguments,
+                        })
+                        .collect();
+                }
+            }
             if ending {
                 let parsed = !choice.held_calls.is_empty();
                 let mut calls = std::mem::take(&mut choice.held_calls);
@@ -543,10 +573,12 @@ impl ResponseState {
         // Dynamo releases a call as its own chunk with `"content":""`; text the
         // same step released before it goes out first, text after it next.
         let (before, after) = self.delta.content.split_at(self.delta.calls_at);
+        // The role rides on the first chunk that goes out.
+        let lead_role = role && (!before.is_empty() || reasoning.is_some());
         let lead = ChatDelta {
             content: non_empty(before),
             tool_calls: &[],
-            role,
+            role: lead_role,
             reasoning,
         };
         if !lead.is_empty() {
@@ -557,7 +589,7 @@ impl ResponseState {
         let calls = ChatDelta {
             content: Some(""),
             tool_calls: &self.delta.calls,
-            role: false,
+            role: role && !lead_role,
             reasoning: None,
         };
         let trail = ChatDelta {
@@ -698,12 +730,11 @@ impl ResponseState {
             });
         }
         if let Some(parsed) = finalized {
-            parts.push(JailedPart::parsed(
-                parsed,
+            // The release at the end of output carries the finish reason, calls or not.
+            parts.push(JailedPart {
                 finish,
-                parallel,
-                &mut choice.calls_released,
-            ));
+                ..JailedPart::parsed(parsed, finish, parallel, &mut choice.calls_released)
+            });
         }
         if ending {
             choice.finished = true;

@@ -61,6 +61,12 @@ def dynamo_python() -> Path:
 
 
 @pytest.fixture(scope="session")
+def harmony_vocab() -> Path:
+    """What the reference's gpt_oss and harmony parsers load (tools/o200k_base.sh)."""
+    return stack.harmony_vocab()
+
+
+@pytest.fixture(scope="session")
 def model_dir(work_dir: Path) -> Path:
     """The DeepSeek model dir the reference captures used (./check builds it)."""
     built = FIXTURES / "model-deepseek"

@@ -1,5 +1,6 @@
 """The parity suite's processes: shakedown.parity.stack, plus what only a checkout has —
-the Dynamo venv (tools/dynamo_venv.sh) and the default replay trace (build_trace.py)."""
+the Dynamo venv (tools/dynamo_venv.sh), the Harmony encoding's vocab (tools/o200k_base.sh)
+and the default replay trace (build_trace.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ __all__ = [
     "dynamo_env",
     "dynamo_python",
     "free_port",
+    "harmony_vocab",
     "same_python_version",
     "serve_argv",
     "site_packages",
@@ -47,6 +49,7 @@ __all__ = [
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 VENV_SCRIPT = ROOT / "tools" / "dynamo_venv.sh"
+VOCAB_SCRIPT = ROOT / "tools" / "o200k_base.sh"
 
 
 def dynamo_python() -> Path:
@@ -57,6 +60,12 @@ def dynamo_python() -> Path:
     out = subprocess.run(
         ["bash", str(VENV_SCRIPT)], env=env, check=True, capture_output=True, text=True
     )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def harmony_vocab() -> Path:
+    """The directory holding `o200k_base.tiktoken` (fetched through cargo on first use)."""
+    out = subprocess.run(["bash", str(VOCAB_SCRIPT)], check=True, capture_output=True, text=True)
     return Path(out.stdout.strip().splitlines()[-1])
 
 

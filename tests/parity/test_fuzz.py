@@ -63,12 +63,15 @@ StackFor = Callable[[Pair], fuzz.FuzzStack]
 
 
 @pytest.fixture()
-def fuzz_stack(dynamo_python: Path, model_dir: Path, tmp_path: Path) -> Iterator[StackFor]:
+def fuzz_stack(
+    dynamo_python: Path, model_dir: Path, harmony_vocab: Path, tmp_path: Path
+) -> Iterator[StackFor]:
     """Makes the live stacks for a pair; all of them are stopped after the test."""
     stacks: list[fuzz.FuzzStack] = []
 
     def make(pair: Pair) -> fuzz.FuzzStack:
-        made = fuzz.FuzzStack(pair, dynamo_python, model_dir, tmp_path / pair.name)
+        work = tmp_path / pair.name
+        made = fuzz.FuzzStack(pair, dynamo_python, model_dir, work, harmony_vocab=harmony_vocab)
         stacks.append(made)
         return made
 

@@ -224,6 +224,8 @@ class FuzzStack:
     work_dir: Path
     # The loopback's parsers when they deliberately differ (the mutation check).
     loopback_pair: Pair | None = None
+    # A directory holding `o200k_base.tiktoken`, for the reference's Harmony encoding.
+    harmony_vocab: Path | None = None
     procs: dict[str, stack.Proc] = field(default_factory=dict)
     loads: int = 0
 
@@ -260,7 +262,7 @@ class FuzzStack:
         )
         if "frontend" not in self.procs:
             self.procs["frontend"] = stack.start_dynamo_frontend(
-                self.dynamo_python, self.kv_dir, self.logs
+                self.dynamo_python, self.kv_dir, self.logs, harmony_vocab=self.harmony_vocab
             )
         loopback = self.loopback_pair or self.pair
         self.procs["shakedown"] = stack.start_shakedown(
@@ -615,6 +617,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--model-dir", required=True, type=Path, help="model directory")
     parser.add_argument(
+        "--harmony-vocab",
+        type=Path,
+        help=(
+            "directory holding o200k_base.tiktoken, for the reference's Harmony encoding "
+            f"(tools/o200k_base.sh prints one; default: {stack.HARMONY_VOCAB_VAR} as set)"
+        ),
+    )
+    parser.add_argument(
         "--pair",
         action="append",
         default=[],
@@ -666,7 +676,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = args.work_dir or Path(tmp)
         for pair in pairs:
             work = root / _dir_name(pair)
-            with FuzzStack(pair, args.dynamo_python, args.model_dir, work) as fuzz_stack:
+            with FuzzStack(
+                pair, args.dynamo_python, args.model_dir, work, harmony_vocab=args.harmony_vocab
+            ) as fuzz_stack:
                 try:
                     report = fuzz_pair(
                         fuzz_stack,

@@ -31,6 +31,10 @@ LOOPBACK = "127.0.0.1"
 MODEL_NAME = "dsref"
 ENDPOINT = "dynamo.backend.generate"
 DYNAMO_MOCKER = Path(__file__).resolve().parent / "dynamo_mocker.py"
+# openai-harmony (Dynamo's gpt_oss reasoning and harmony tool parsers) reads the Harmony
+# encoding's vocab, `o200k_base.tiktoken`, from this directory instead of downloading it at
+# first use; without it, offline, those parsers fall back to degraded modes.
+HARMONY_VOCAB_VAR = "TIKTOKEN_ENCODINGS_BASE"
 
 
 @dataclass
@@ -95,9 +99,12 @@ def same_python_version(python: Path) -> bool:
     return out.stdout.strip() == sysconfig.get_python_version()
 
 
-def dynamo_env(kv_dir: Path) -> dict[str, str]:
-    """File discovery under a private dir and every Dynamo listener on loopback."""
+def dynamo_env(kv_dir: Path, harmony_vocab: Path | None = None) -> dict[str, str]:
+    """File discovery under a private dir and every Dynamo listener on loopback; with
+    `harmony_vocab` (a directory holding `o200k_base.tiktoken`), the Harmony encoding too."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYN_")}
+    if harmony_vocab is not None:
+        env[HARMONY_VOCAB_VAR] = str(harmony_vocab)
     env.update(
         DYN_FILE_KV=str(kv_dir),
         DYN_DISCOVERY_BACKEND="file",
@@ -186,7 +193,13 @@ def start_dynamo_mocker(
 
 
 def start_dynamo_frontend(
-    dyn_python: Path, kv_dir: Path, log_dir: Path, port: int = 0, name: str = "dynamo-frontend"
+    dyn_python: Path,
+    kv_dir: Path,
+    log_dir: Path,
+    port: int = 0,
+    name: str = "dynamo-frontend",
+    *,
+    harmony_vocab: Path | None = None,
 ) -> Proc:
     port = port or free_port()
     argv = [
@@ -194,7 +207,7 @@ def start_dynamo_frontend(
         "--http-host", LOOPBACK, "--http-port", str(port),
         "--discovery-backend", "file", "--request-plane", "tcp",
     ]  # fmt: skip
-    proc = spawn(name, argv, dynamo_env(kv_dir), log_dir)
+    proc = spawn(name, argv, dynamo_env(kv_dir, harmony_vocab), log_dir)
     proc.base_url = f"http://{LOOPBACK}:{port}"
     return proc
 

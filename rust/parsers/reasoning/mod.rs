@@ -10,6 +10,7 @@
 mod added;
 mod delimited;
 mod harmony;
+mod harmony_reference;
 mod muse;
 mod reference;
 
@@ -168,6 +169,9 @@ pub fn build(
     reference_streaming: bool,
 ) -> Box<dyn ReasoningParse> {
     match family {
+        "gpt_oss" if reference_streaming => {
+            Box::new(harmony_reference::ReferenceHarmony::new(in_reasoning))
+        }
         "gpt_oss" => Box::new(harmony::Harmony::new(in_reasoning)),
         "minimax_append_think" => Box::new(AppendThink { started: false }),
         "muse" => Box::new(muse::Muse::new(in_reasoning)),

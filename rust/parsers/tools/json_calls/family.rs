@@ -83,6 +83,9 @@ pub(super) const PLAMO_NAME_BEGIN: &str = "<|plamo:begin_tool_name:plamo|>";
 const PLAMO_NAME_END: &str = "<|plamo:end_tool_name:plamo|><|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>";
 pub(super) const PLAMO_ARGS_END: &str = "<|plamo:end_tool_arguments:plamo|>";
 
+/// Harmony's call end.
+pub(super) const HARMONY_CALL: &str = "<|call|>";
+
 /// Harmony call openers: the full header and the bare channel forms, with the
 /// recipient in the channel or in the role position.
 pub(super) const HARMONY_STARTS: &[&str] = &[
@@ -194,8 +197,8 @@ impl Family {
             },
             Family::Harmony => Spec {
                 name_end: &["<|message|>"],
-                close: &["<|call|>"],
-                skip: &["<|call|>"],
+                close: &[HARMONY_CALL],
+                skip: &[HARMONY_CALL],
                 ..spec(HARMONY_STARTS)
             },
             Family::Jamba => Spec {

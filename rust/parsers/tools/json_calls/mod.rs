@@ -31,6 +31,7 @@ mod objects;
 mod olmo3;
 mod opening;
 mod pythonic;
+pub mod pythonic_whole;
 mod wrapper;
 
 use std::sync::Arc;
@@ -130,7 +131,8 @@ struct JsonCalls {
     /// Where the JSON value starts in `raw` (after its leading whitespace).
     content_json_from: Option<usize>,
     /// Bare arguments are gathered and re-serialised compactly (Dynamo's DeepSeek
-    /// V3/V3.1 and Kimi K2 parsers hand out `{"city":"Paris"}` whatever the spacing).
+    /// V3/V3.1, Kimi K2 and Harmony parsers hand out `{"city":"Paris"}` whatever the
+    /// spacing).
     compact_args: bool,
     args_text: String,
     /// Reading Kimi K2 arguments that are not JSON (`named::raw_args`).
@@ -145,7 +147,7 @@ impl JsonCalls {
         let compact_args = tools.dialect() == Dialect::Dynamo
             && matches!(
                 family,
-                Family::DeepseekV3 | Family::DeepseekV31 | Family::KimiK2
+                Family::DeepseekV3 | Family::DeepseekV31 | Family::KimiK2 | Family::Harmony
             );
         let mut wrapper = Wrapper::new(sets(family).spec.keys);
         wrapper.any_arguments = content_calls;

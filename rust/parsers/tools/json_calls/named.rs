@@ -2,8 +2,9 @@
 //! arguments object, then the call's end marker (DeepSeek, Kimi, Harmony, Mistral v11).
 
 use super::family::{
-    Family, DS_CALL_BEGIN, DS_CALL_END, DS_SEP, KIMI_CALL_BEGIN, KIMI_CALL_END, MISTRAL_CALLS,
-    MISTRAL_CALL_ID, PLAMO_ARGS_END, PLAMO_NAME_BEGIN, PLAMO_REQUEST_BEGIN, PLAMO_REQUEST_END,
+    Family, DS_CALL_BEGIN, DS_CALL_END, DS_SEP, HARMONY_CALL, KIMI_CALL_BEGIN, KIMI_CALL_END,
+    MISTRAL_CALLS, MISTRAL_CALL_ID, PLAMO_ARGS_END, PLAMO_NAME_BEGIN, PLAMO_REQUEST_BEGIN,
+    PLAMO_REQUEST_END,
 };
 use super::{leading_ws, JsonCalls, State, MAX_NAME};
 use crate::parsers::json::Scanned;
@@ -280,7 +281,7 @@ impl JsonCalls {
         };
         self.closing_text = false;
         if self.state == State::Close && sink.has_open_call() {
-            if matches!(marker, DS_CALL_END | KIMI_CALL_END) {
+            if matches!(marker, DS_CALL_END | KIMI_CALL_END | HARMONY_CALL) {
                 sink.end_call();
             } else {
                 sink.drop_call(format!(

@@ -1,0 +1,290 @@
+//! Dynamo 1.6.1's gpt_oss reasoning parser (openai-harmony's streaming parser,
+//! started on an assistant header), reproduced on text for the pipeline's
+//! reference mode (`ChatOptions::reference_streaming`). It loses text a model
+//! writes outside Harmony's grammar, so the standalone parsers never use it
+//! (they run [`super::harmony`]). What the live reference does, as the
+//! differential fuzzer pinned it down:
+//!
+//! - the output starts inside a header: everything up to `<|message|>` (other
+//!   markers too) is the first message's header;
+//! - a header names its channel after `<|channel|>`; beside it at most a
+//!   recipient and a content type (`assistant` dropped first; after `<|start|>`
+//!   a role first); more words, or an empty channel, are a parse error;
+//! - `analysis` bodies are reasoning, `final` and recipient-less `commentary`
+//!   bodies are content, a `commentary` body with a recipient is a tool call
+//!   (its envelope goes to content from `<|channel|>`, for the harmony tool
+//!   parser); other channels, and no channel, are dropped;
+//! - `<|end|>`, `<|return|>` and `<|call|>` end a body; other markers inside
+//!   one are text; a new message of a kind that already wrote text is
+//!   separated from it by `\n`;
+//! - between messages only `<|start|>` opens a header; anything else, and a
+//!   header that does not parse, drops text up to the next `<|start|>`;
+//! - a piece of output (one feed, with any marker prefix held before it) that
+//!   holds `<|call|>` also goes to content whole, as written, after what it
+//!   released (the tool parser finds calls in it); a call's envelope only
+//!   goes out this way, its header rebuilt when its body begins;
+//! - a parse error, and each piece dropped while resynchronizing, drops
+//!   everything the piece released;
+//! - whatever is still held when the output ends is dropped.
+
+use std::sync::OnceLock;
+
+use super::super::markers::{Held, MarkerSet, Scan};
+use super::super::{Delta, ReasoningParse};
+use super::{feed_held, HeldRun};
+
+const START: &str = "<|start|>";
+const CHANNEL: &str = "<|channel|>";
+const MESSAGE: &str = "<|message|>";
+const CONSTRAIN: &str = "<|constrain|>";
+const END: &str = "<|end|>";
+const RETURN: &str = "<|return|>";
+const CALL: &str = "<|call|>";
+
+const SPECIALS: &[&str] = &[START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL];
+const ROLES: &[&str] = &["user", "assistant", "system", "developer", "tool"];
+
+fn specials() -> &'static MarkerSet {
+    static SET: OnceLock<MarkerSet> = OnceLock::new();
+    SET.get_or_init(|| MarkerSet::new(SPECIALS))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Body {
+    Reasoning,
+    Content,
+    /// A tool call: its text goes to content as written.
+    Call,
+    Dropped,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Collecting a header; `role_known` for the first one (the assistant's).
+    Header {
+        role_known: bool,
+    },
+    Body(Body),
+    /// After a message: only `<|start|>` may come.
+    ExpectStart,
+    /// After a parse error: dropping up to the next `<|start|>`.
+    Resync,
+}
+
+pub(super) struct ReferenceHarmony {
+    state: State,
+    header: String,
+    held: Held,
+    /// Reasoning, and content, were written: a next message of that kind is separated.
+    reasoned: bool,
+    answered: bool,
+    separate: bool,
+    /// The piece being consumed holds `<|call|>`: it goes out whole at its end.
+    whole: bool,
+    /// The piece being consumed met a parse error.
+    failed: bool,
+}
+
+impl ReferenceHarmony {
+    pub fn new(in_reasoning: Option<bool>) -> Self {
+        let state = if in_reasoning == Some(true) {
+            State::Body(Body::Reasoning)
+        } else {
+            State::Header { role_known: true }
+        };
+        Self {
+            state,
+            header: String::new(),
+            held: Held::default(),
+            reasoned: false,
+            answered: false,
+            separate: false,
+            whole: false,
+            failed: false,
+        }
+    }
+
+    /// The header reached `<|message|>`: the body it opens, or `None` when it
+    /// does not parse. A call's envelope goes out here.
+    fn open_body(&mut self, role_known: bool, out: &mut Delta) -> Option<Body> {
+        let header = std::mem::take(&mut self.header);
+        let (channel, rest, after_channel) = match header.find(CHANNEL) {
+            Some(at) => {
+                let after = &header[at + CHANNEL.len()..];
+                let len = after
+                    .find(|c: char| c.is_whitespace() || c == '<')
+                    .unwrap_or(after.len());
+                if len == 0 {
+                    return None;
+                }
+                let rest = format!("{}{}", &header[..at], &after[len..]);
+                (Some(&after[..len]), rest, Some(after))
+            }
+            None => (None, header.clone(), None),
+        };
+        let rest = rest.trim().replace(CONSTRAIN, &format!(" {CONSTRAIN}"));
+        let mut parts: Vec<&str> = rest.split_ascii_whitespace().collect();
+        let mut role = "assistant";
+        if !role_known {
+            let first = *parts.first()?;
+            if ROLES.contains(&first) {
+                role = first;
+            } else if parts.len() > 1 || first.starts_with("to=") {
+                parts.remove(0);
+                role = "tool";
+            } else {
+                return None;
+            }
+        }
+        if parts.first() == Some(&role) {
+            parts.remove(0);
+        }
+        let mut recipient = None;
+        if let Some(last) = parts.pop() {
+            if last.starts_with("to=") || (parts.is_empty() && !last.starts_with(CONSTRAIN)) {
+                recipient = Some(last);
+            } else {
+                recipient = parts.pop();
+            }
+        }
+        if !parts.is_empty() {
+            return None;
+        }
+        let body = match channel {
+            Some("analysis") => {
+                self.separate = self.reasoned;
+                Body::Reasoning
+            }
+            Some("commentary") if recipient.is_some() => {
+                out.content.push_str(CHANNEL);
+                out.content.push_str(after_channel.unwrap_or(""));
+                out.content.push_str(MESSAGE);
+                Body::Call
+            }
+            Some("final" | "commentary") => {
+                self.separate = self.answered;
+                Body::Content
+            }
+            _ => Body::Dropped,
+        };
+        Some(body)
+    }
+
+    fn text(&mut self, text: &str, out: &mut Delta) {
+        match self.state {
+            State::Header { .. } => self.header.push_str(text),
+            State::Body(Body::Call) if !self.whole => out.content.push_str(text),
+            State::Body(body @ (Body::Reasoning | Body::Content)) if !text.is_empty() => {
+                let (target, wrote) = if body == Body::Reasoning {
+                    (&mut out.reasoning, &mut self.reasoned)
+                } else {
+                    (&mut out.content, &mut self.answered)
+                };
+                if self.separate {
+                    target.push('\n');
+                    self.separate = false;
+                }
+                *wrote = true;
+                target.push_str(text);
+            }
+            State::Body(_) => {}
+            State::ExpectStart | State::Resync if !text.is_empty() => self.fail(),
+            State::ExpectStart | State::Resync => {}
+        }
+    }
+
+    fn marker(&mut self, marker: &str, out: &mut Delta) {
+        self.state = match self.state {
+            State::Header { role_known } if marker == MESSAGE => {
+                match self.open_body(role_known, out) {
+                    Some(body) => State::Body(body),
+                    None => {
+                        self.failed = true;
+                        State::Resync
+                    }
+                }
+            }
+            State::Header { .. } => {
+                self.header.push_str(marker);
+                self.state
+            }
+            State::Body(_) if [END, RETURN, CALL].contains(&marker) => State::ExpectStart,
+            State::Body(_) => {
+                self.text(marker, out);
+                self.state
+            }
+            State::ExpectStart | State::Resync if marker == START => {
+                State::Header { role_known: false }
+            }
+            State::ExpectStart | State::Resync => {
+                self.failed = true;
+                State::Resync
+            }
+        };
+    }
+
+    fn fail(&mut self) {
+        self.failed = true;
+        self.state = State::Resync;
+    }
+}
+
+impl HeldRun for ReferenceHarmony {
+    fn held(&mut self) -> &mut Held {
+        &mut self.held
+    }
+
+    fn consume(&mut self, buf: &str, last: bool, out: &mut Delta) {
+        let (content, reasoning) = (out.content.len(), out.reasoning.len());
+        let ready = self.piece(buf, last, out);
+        if self.failed {
+            out.content.truncate(content);
+            out.reasoning.truncate(reasoning);
+        } else if self.whole {
+            out.content.push_str(&buf[..ready]);
+        }
+        self.whole = false;
+        self.failed = false;
+    }
+}
+
+impl ReferenceHarmony {
+    /// Consume one piece; returns how much of it was not held.
+    fn piece(&mut self, buf: &str, last: bool, out: &mut Delta) -> usize {
+        // A held tail is a proper prefix of a marker: never a whole `<|call|>`.
+        self.whole = buf.contains(CALL);
+        let mut pos = 0;
+        while pos < buf.len() {
+            let rest = &buf[pos..];
+            match specials().scan(rest) {
+                Scan::Found { start, end, .. } => {
+                    self.text(&rest[..start], out);
+                    self.marker(&rest[start..end], out);
+                    pos += end;
+                }
+                Scan::Partial { hold_from } if !last => {
+                    self.text(&rest[..hold_from], out);
+                    self.held.tail.push_str(&rest[hold_from..]);
+                    break;
+                }
+                Scan::Partial { .. } => {
+                    self.text(rest, out);
+                    break;
+                }
+            }
+        }
+        buf.len() - self.held.tail.len()
+    }
+}
+
+impl ReasoningParse for ReferenceHarmony {
+    fn feed(&mut self, text: &str, out: &mut Delta) {
+        feed_held(self, text, out);
+    }
+
+    /// The reference drops a held marker prefix and an unfinished header.
+    fn finish(&mut self, _out: &mut Delta) {
+        self.held.tail.clear();
+        self.header.clear();
+    }
+}
