@@ -256,6 +256,26 @@ def test_serialized_replies_follow_the_rows_they_come_from() -> None:
     assert served([], prompt=3)[-1]["completion_usage"]["prompt_tokens"] == 3
 
 
+def test_a_subclass_choosing_the_reply_is_served_by_both_generators() -> None:
+    class Echo(Mocker):
+        """Answers with the prompt's own ids (whole: no default script to cut)."""
+
+        def choose(self, request: Any) -> list[int] | None:
+            return [*request["token_ids"], 1]
+
+    request = {"token_ids": [40, 41, 42], "stop_conditions": {"max_tokens": 2}}
+
+    async def batched() -> list[dict[str, Any]]:
+        return [
+            frame
+            async for item in Echo().generate_batches(request, RequestContext("r"))
+            for frame in json.loads(item)
+        ]
+
+    assert emitted(run(Echo(), request)) == [40, 41, 42, 1]
+    assert emitted(asyncio.run(batched())) == [40, 41, 42, 1]
+
+
 def test_a_context_stopped_between_batches_ends_with_cancelled() -> None:
     context = RequestContext("r")
     ids = list(range(100, 100 + 2 * BATCH_OUTPUTS))

@@ -203,23 +203,19 @@ class Mocker:
         self._cached: dict[tuple[int, int, int], tuple[list[int], list[bytes]]] = {}
 
     def choose(self, request: Mapping[str, Any]) -> list[int] | None:
-        """The scripted ids for `request`, or None for random output."""
-        return self._row(request)[0]
-
-    def _row(self, request: Mapping[str, Any]) -> tuple[list[int] | None, bool]:
-        """The scripted ids for `request` (None: random output), and whether a replay key
-        named them (else they are the default script, or random output)."""
+        """The scripted ids for `request`, or None for random output (subclasses may
+        answer otherwise: every reply goes through here)."""
         key = replay_key(request)
         if key is not None:
             session, _, turn = key.rpartition(":")
             rows = self.replay.get(session)
             if turn.isdigit() and rows is not None and int(turn) < len(rows):
-                return rows[int(turn)], True
+                return rows[int(turn)]
             log.warning(
                 "request asked for output token replay but key was not found replay_key=%r", key
             )
-            return None, False
-        return self.default, False
+            return None
+        return self.default
 
     def _random_ids(self, max_tokens: int) -> list[int]:
         low, high = self._random_range
@@ -238,12 +234,13 @@ class Mocker:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
             raise MockerRequestError(MAX_TOKENS_REQUIRED)
         prompt_tokens = len(request.get("token_ids") or ())
-        row, named = self._row(request)
+        row = self.choose(request)
         if row is None:
             return self._random_ids(max_tokens), prompt_tokens, None
         # A named replay row is emitted whole, as the reference mocker does; the default
         # script stands in for a model, so it honours `max_tokens`.
-        return (row if named else row[:max_tokens]), prompt_tokens, row
+        scripted = row is self.default
+        return (row[:max_tokens] if scripted else row), prompt_tokens, row
 
     async def generate(
         self, request: dict[str, Any], context: EngineContext
