@@ -123,6 +123,26 @@ impl JailRules {
         })
     }
 
+    /// Whether JSON after a start marker holds a call object with neither
+    /// `arguments` nor `parameters`: the reference reads no call from it
+    /// (`<|python_tag|>{"name":"t"}`), where the standalone parsers read `{}`.
+    fn call_without_arguments(&self, text: &str) -> bool {
+        let lacks = |v: &serde_json::Value| {
+            v.as_object()
+                .is_some_and(|o| !o.contains_key("arguments") && !o.contains_key("parameters"))
+        };
+        self.starts.iter().any(|m| {
+            text.split(m).skip(1).any(|after| {
+                let mut values = serde_json::Deserializer::from_str(after.trim_start()).into_iter();
+                match values.next() {
+                    Some(Ok(serde_json::Value::Array(items))) => items.iter().any(lacks),
+                    Some(Ok(value)) => lacks(&value),
+                    _ => false,
+                }
+            })
+        })
+    }
+
     /// The family's start heuristic (the reference's `detect_tool_call_start`).
     fn detects_start(&self, text: &str) -> bool {
         match self.trigger {
@@ -340,6 +360,7 @@ impl ToolJail {
         if message.tool_calls.is_empty()
             || (self.rules.trigger == Trigger::Json && self.bare_json_with_trailing_text(text))
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
+            || (self.rules.trigger == Trigger::Json && self.rules.call_without_arguments(text))
         {
             // Held text with a start marker and no call in it is dropped whole.
             let marked = self.rules.has_start(text);
