@@ -10,7 +10,9 @@ The request is `bench_endpoint`'s (tiny model, mocker at zero delay, replay row 
 tokens and EOS, 22 SSE events).
 
 Both servers get the same client in the same run, keep-alive, c=1 and c=16, rounds interleaved
-(floor, then shakedown, per scenario); each figure is the median over rounds. The client is wrk
+(floor, then shakedown, per scenario); each figure is the median over rounds, and each ratio to
+the floor the median of the rounds' ratios (the floor measured just before the server, so the
+load other jobs put on the machine, which drifts between rounds, mostly cancels). The client is wrk
 (an independent C load generator, one thread) when it is on PATH, else `bench_endpoint`'s asyncio
 client, whose own cost then caps the floor rows (say so when quoting them). Server CPU per request
 is the server process's utime+stime over the scenario.
@@ -301,6 +303,16 @@ def compare(
         row: dict[str, Any] = {"server": name, "stream": stream, "c": c}
         for key in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req"):
             row[key] = statistics.median(m[key] for m in measured)
+        # Each round measures the floor just before the server: the ratio within a round
+        # cancels the load other jobs put on the machine, which drifts between rounds.
+        floor_rounds = runs[("floor", stream, c)]
+        row["rps_vs_floor"] = statistics.median(
+            m["rps"] / f["rps"] for m, f in zip(measured, floor_rounds, strict=True)
+        )
+        row["p50_vs_floor"] = statistics.median(
+            m["p50_ms"] / f["p50_ms"] for m, f in zip(measured, floor_rounds, strict=True)
+        )
+        row["rounds"] = measured
         row["requests"] = sum(m["requests"] for m in measured)
         row["errors"] = sum(m["errors"] for m in measured)
         rows.append(row)
@@ -345,8 +357,9 @@ def print_compare(result: dict[str, Any], seconds: float, rounds: int) -> None:
             f16, s16 = by[("floor", stream, 16)], by[(name, stream, 16)]
             f1, s1 = by[("floor", stream, 1)], by[(name, stream, 1)]
             print(
-                f"{name} {kind}: c=16 req/s {name}/floor {s16['rps'] / f16['rps']:.2f}; "
-                f"c=1 p50 {name}/floor {s1['p50_ms'] / f1['p50_ms']:.2f}; CPU/req over the "
+                f"{name} {kind}: c=16 req/s {name}/floor {s16['rps_vs_floor']:.2f}; "
+                f"c=1 p50 {name}/floor {s1['p50_vs_floor']:.2f} (medians of the rounds' "
+                f"ratios); CPU/req over the "
                 f"floor's: c=16 +{s16['cpu_us_per_req'] - f16['cpu_us_per_req']:.0f} us, "
                 f"c=1 +{s1['cpu_us_per_req'] - f1['cpu_us_per_req']:.0f} us"
             )

@@ -224,6 +224,58 @@ def test_without_delay_outputs_come_in_batches_of_the_same_frames() -> None:
     assert [json.loads(item) for item in paced] == [[read_fields(f)] for f in one_by_one]
 
 
+def test_serialized_replies_follow_the_rows_they_come_from() -> None:
+    mocker = Mocker(replay={"s": [[5, 6, 1]]}, default=[9, 10, 11, 1])
+
+    def served(annotations: list[str], max_tokens: int = 64, prompt: int = 2) -> list[Any]:
+        request = {
+            "token_ids": list(range(prompt)),
+            "stop_conditions": {"max_tokens": max_tokens},
+            "annotations": annotations,
+        }
+
+        async def collect() -> list[Any]:
+            return [
+                frame
+                async for item in mocker.generate_batches(request, RequestContext("r"))
+                for frame in json.loads(item)
+            ]
+
+        return asyncio.run(collect())
+
+    row = ["output_replay_id:s:0"]
+    assert emitted(served(row)) == [5, 6, 1]
+    mocker.replay["s"] = [[7, 8, 1]]  # a new row under the same key, of the same length
+    assert emitted(served(row)) == [7, 8, 1]
+    assert emitted(served([])) == [9, 10, 11, 1]
+    assert emitted(served([], max_tokens=2)) == [9, 10]  # the default script is cut
+    mocker.default = [8, 7, 6, 1]
+    assert emitted(served([])) == [8, 7, 6, 1]
+    # The usage follows the prompt's length.
+    assert served([], prompt=5)[-1]["completion_usage"]["prompt_tokens"] == 5
+    assert served([], prompt=3)[-1]["completion_usage"]["prompt_tokens"] == 3
+
+
+def test_a_subclass_choosing_the_reply_is_served_by_both_generators() -> None:
+    class Echo(Mocker):
+        """Answers with the prompt's own ids (whole: no default script to cut)."""
+
+        def choose(self, request: Any) -> list[int] | None:
+            return [*request["token_ids"], 1]
+
+    request = {"token_ids": [40, 41, 42], "stop_conditions": {"max_tokens": 2}}
+
+    async def batched() -> list[dict[str, Any]]:
+        return [
+            frame
+            async for item in Echo().generate_batches(request, RequestContext("r"))
+            for frame in json.loads(item)
+        ]
+
+    assert emitted(run(Echo(), request)) == [40, 41, 42, 1]
+    assert emitted(asyncio.run(batched())) == [40, 41, 42, 1]
+
+
 def test_a_context_stopped_between_batches_ends_with_cancelled() -> None:
     context = RequestContext("r")
     ids = list(range(100, 100 + 2 * BATCH_OUTPUTS))

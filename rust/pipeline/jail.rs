@@ -16,6 +16,7 @@
 
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
+use crate::parsers::json::{JsonScanner, Scanned};
 use crate::parsers::tools::json_calls::pythonic_whole::parse_whole;
 use crate::parsers::ToolCall;
 
@@ -51,6 +52,9 @@ pub struct JailRules {
     /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
     /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
     json_after_marker: bool,
+    /// The jail also ends where a whole parse finds calls (families without an
+    /// end marker, and `default`, whose `</TOOLCALL>` is optional).
+    ends_on_calls: bool,
 }
 
 impl JailRules {
@@ -60,7 +64,12 @@ impl JailRules {
         let (starts, ends, trigger): (&'static [&'static str], &'static [&'static str], _) =
             match name {
                 "hermes" | "qwen25" => (&["<tool_call>"], &["</tool_call>"], Trigger::Json),
-                "default" | "nemotron_deci" => (&["<TOOLCALL>"], &["</TOOLCALL>"], Trigger::Json),
+                "default" => (
+                    &["<TOOLCALL>", "<|python_tag|>"],
+                    &["</TOOLCALL>"],
+                    Trigger::Json,
+                ),
+                "nemotron_deci" => (&["<TOOLCALL>"], &["</TOOLCALL>"], Trigger::Json),
                 "mistral" => (&["[TOOL_CALLS]"], &[], Trigger::Json),
                 "llama3_json" => (&["<|python_tag|>"], &[], Trigger::Json),
                 "phi4" => (&["functools"], &[], Trigger::Json),
@@ -100,6 +109,7 @@ impl JailRules {
             own_end: (name == "deepseek_v3_1")
                 .then_some(("<｜tool▁call▁begin｜>", &["<｜tool▁call▁end｜>"])),
             json_after_marker: name == "mistral",
+            ends_on_calls: ends.is_empty() || name == "default",
         }
     }
 
@@ -123,6 +133,26 @@ impl JailRules {
             let mut segments = segments.peekable();
             segments.peek().is_some()
                 && segments.all(|seg| !seg.trim_start().starts_with(['{', '[']))
+        })
+    }
+
+    /// Whether JSON after a start marker holds a call object with neither
+    /// `arguments` nor `parameters`: the reference reads no call from it
+    /// (`<|python_tag|>{"name":"t"}`), where the standalone parsers read `{}`.
+    fn call_without_arguments(&self, text: &str) -> bool {
+        let lacks = |v: &serde_json::Value| {
+            v.as_object()
+                .is_some_and(|o| !o.contains_key("arguments") && !o.contains_key("parameters"))
+        };
+        self.starts.iter().any(|m| {
+            text.split(m).skip(1).any(|after| {
+                let mut values = serde_json::Deserializer::from_str(after.trim_start()).into_iter();
+                match values.next() {
+                    Some(Ok(serde_json::Value::Array(items))) => items.iter().any(lacks),
+                    Some(Ok(value)) => lacks(&value),
+                    _ => false,
+                }
+            })
         })
     }
 
@@ -291,9 +321,9 @@ impl ToolJail {
         Some(self.parse(&held))
     }
 
-    /// The jail ends at the first end marker or, in a family without one or when no
-    /// start marker opened it (JSON a start guess jailed), where a whole parse finds
-    /// calls.
+    /// The jail ends at the first end marker or, where the family allows it (see
+    /// `ends_on_calls`) or no start marker opened it (JSON a start guess jailed),
+    /// where a whole parse finds calls.
     fn try_end(&mut self, out: &mut Released) {
         let find_end = |ends: &[&str]| {
             ends.iter()
@@ -308,7 +338,7 @@ impl ToolJail {
         let end = own_end.into_iter().chain(find_end(self.rules.ends)).min();
         let end = match end {
             Some(end) => end,
-            None if (self.rules.ends.is_empty() || !self.rules.has_start(&self.held))
+            None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
                 && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
@@ -322,6 +352,20 @@ impl ToolJail {
         out.trailing.push_str(&held[end..]);
     }
 
+    /// Bare JSON (no start marker) is read from its first `{` or `[` to the end of
+    /// the held text: a value followed by more text is no call in the reference.
+    fn bare_json_with_trailing_text(&self, text: &str) -> bool {
+        if self.rules.starts.iter().any(|m| text.contains(m)) {
+            return false;
+        }
+        let text = text.trim();
+        let Some(at) = text.find(['{', '[']) else {
+            return false;
+        };
+        let json = &text[at..];
+        matches!(JsonScanner::new().feed(json.as_bytes()), Scanned::Done(n) if n < json.len())
+    }
+
     /// The reference's whole parse is strict: JSON and Python lists parse only once
     /// every bracket they opened is closed.
     fn could_be_whole(&self) -> bool {
@@ -333,9 +377,13 @@ impl ToolJail {
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);
         }
-        let (message, _) = parse_with(text, &self.tools);
+        // The reference trims the held text before parsing it (a string cut by the
+        // end of output loses its trailing spaces before it is closed).
+        let (message, _) = parse_with(text.trim_end(), &self.tools);
         if message.tool_calls.is_empty()
+            || (self.rules.trigger == Trigger::Json && self.bare_json_with_trailing_text(text))
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
+            || (self.rules.trigger == Trigger::Json && self.rules.call_without_arguments(text))
         {
             // Held text with a start marker and no call in it is dropped whole;
             // but a jail its own-end marker opened keeps it whole once a family

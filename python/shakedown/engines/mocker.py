@@ -23,7 +23,7 @@ import asyncio
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -198,26 +198,24 @@ class Mocker:
         self._random_range = random_id_range(vocab_size)
         self._avoid = frozenset(avoid_ids)
         self._rng = random.Random(seed)
-        self._cached: dict[Hashable, list[bytes]] = {}
+        # Serialized scripted replies by (the row's id, the reply's length, the prompt's):
+        # each entry holds its row, so the id can't be reused while it is cached.
+        self._cached: dict[tuple[int, int, int], tuple[list[int], list[bytes]]] = {}
 
     def choose(self, request: Mapping[str, Any]) -> list[int] | None:
-        """The scripted ids for `request`, or None for random output."""
-        return self._row(request)[0]
-
-    def _row(self, request: Mapping[str, Any]) -> tuple[list[int] | None, str | None]:
-        """The scripted ids for `request` (None: random output) and the replay key that
-        named them (None: the default script, or random output)."""
+        """The scripted ids for `request`, or None for random output (subclasses may
+        answer otherwise: every reply goes through here)."""
         key = replay_key(request)
         if key is not None:
             session, _, turn = key.rpartition(":")
             rows = self.replay.get(session)
             if turn.isdigit() and rows is not None and int(turn) < len(rows):
-                return rows[int(turn)], key
+                return rows[int(turn)]
             log.warning(
                 "request asked for output token replay but key was not found replay_key=%r", key
             )
-            return None, None
-        return self.default, None
+            return None
+        return self.default
 
     def _random_ids(self, max_tokens: int) -> list[int]:
         low, high = self._random_range
@@ -228,22 +226,21 @@ class Mocker:
                 ids.append(token)
         return ids
 
-    def _reply(self, request: Mapping[str, Any]) -> tuple[list[int], int, Hashable | None]:
-        """The reply's ids, the prompt's length, and a key naming this exact reply (None
+    def _reply(self, request: Mapping[str, Any]) -> tuple[list[int], int, list[int] | None]:
+        """The reply's ids, the prompt's length, and the scripted row they come from (None
         for random output, which is never the same twice)."""
         # Like the reference mocker, before any output and even for a replayed row.
         max_tokens = (request.get("stop_conditions") or {}).get("max_tokens")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
             raise MockerRequestError(MAX_TOKENS_REQUIRED)
         prompt_tokens = len(request.get("token_ids") or ())
-        ids, key = self._row(request)
-        if ids is None:
+        row = self.choose(request)
+        if row is None:
             return self._random_ids(max_tokens), prompt_tokens, None
-        if key is None:
-            # A named replay row is emitted whole, as the reference mocker does; the
-            # default script stands in for a model, so it honours `max_tokens`.
-            ids = ids[:max_tokens]
-        return ids, prompt_tokens, (key, len(ids), prompt_tokens)
+        # A named replay row is emitted whole, as the reference mocker does; the default
+        # script stands in for a model, so it honours `max_tokens`.
+        scripted = row is self.default
+        return (row[:max_tokens] if scripted else row), prompt_tokens, row
 
     async def generate(
         self, request: dict[str, Any], context: EngineContext
@@ -276,14 +273,17 @@ class Mocker:
                 read = {k: v for k, v in frame.items() if v is not None and k != "output_type"}
                 yield b"[" + orjson.dumps(read) + b"]"
             return
-        ids, prompt_tokens, key = self._reply(request)
-        batches = None if key is None else self._cached.get(key)
-        if batches is None:
+        ids, prompt_tokens, row = self._reply(request)
+        key = (id(row), len(ids), prompt_tokens)
+        cached = None if row is None else self._cached.get(key)
+        if cached is not None and cached[0] is row:
+            batches = cached[1]
+        else:
             batches = _batches_json(ids, prompt_tokens, BATCH_OUTPUTS)
-            if key is not None:
+            if row is not None:
                 if len(self._cached) >= CACHED_REPLIES:
                     self._cached.clear()
-                self._cached[key] = batches
+                self._cached[key] = (row, batches)
         for done, batch in enumerate(batches):
             if context.is_stopped():
                 yield b"[" + _last_json(prompt_tokens, done * BATCH_OUTPUTS, b"cancelled") + b"]"
