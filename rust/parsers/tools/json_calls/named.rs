@@ -171,6 +171,11 @@ impl JsonCalls {
                 if let Some(close) = &self.sets.close {
                     match close.scan(rest) {
                         Scan::Found { start: 0, .. } => {
+                            // Dynamo's DeepSeek V3.1 reads no arguments as invalid JSON.
+                            if self.compact_args && self.family == Family::DeepseekV31 {
+                                self.fail("arguments are not a JSON object", sink);
+                                return Some(0);
+                            }
                             // Dynamo's Kimi K2 hands out the empty text as it is.
                             if !(self.compact_args && self.family == Family::KimiK2) {
                                 sink.arguments("{}");
