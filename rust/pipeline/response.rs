@@ -502,20 +502,15 @@ impl ResponseState {
                 emptied = parsed && self.delta.calls.is_empty();
             }
         }
-        if !self.plan.parallel_tool_calls {
-            self.delta.calls.retain(|c| c.index == 0);
-        }
-        count_reasoning(choice, &self.delta, tokens, answered);
-        choice.had_calls |= !self.delta.calls.is_empty();
-        // A reply cut by the length limit keeps `length`, calls or not.
-        let finish = finish.map(|f| match f {
-            "stop" if choice.had_calls => "tool_calls",
-            other => other,
-        });
-        if ending {
-            choice.finished = true;
-            choice.finish_reason = finish;
-        }
+        let finish = settle_step(
+            choice,
+            &mut self.delta,
+            self.plan.parallel_tool_calls,
+            tokens,
+            answered,
+            finish,
+            ending,
+        );
         if !self.plan.stream {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
@@ -635,19 +630,15 @@ impl ResponseState {
         out: &mut Vec<u8>,
     ) {
         let choice = &mut self.choices[slot];
-        if !self.plan.parallel_tool_calls {
-            self.delta.calls.retain(|c| c.index == 0);
-        }
-        count_reasoning(choice, &self.delta, tokens, answered);
-        choice.had_calls |= !self.delta.calls.is_empty();
-        let finish = finish.map(|f| match f {
-            "stop" if choice.had_calls => "tool_calls",
-            other => other,
-        });
-        if ending {
-            choice.finished = true;
-            choice.finish_reason = finish;
-        }
+        let finish = settle_step(
+            choice,
+            &mut self.delta,
+            self.plan.parallel_tool_calls,
+            tokens,
+            answered,
+            finish,
+            ending,
+        );
         if !self.plan.stream {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
@@ -939,6 +930,34 @@ fn non_empty(s: &str) -> Option<&str> {
 /// reasoning (a `</think>`, a held marker prefix, the hidden EOS). A `<think>` before
 /// any reasoning, and everything after answer text, counts nowhere. `answered`: the
 /// reasoning stage passed answer text on this frame (tool markup included).
+/// What every step does before its chunks: the calls kept, the reasoning tokens
+/// counted, and the finish reason as it goes out (`stop` becomes `tool_calls` once
+/// calls were made; a reply cut by the length limit keeps `length`, calls or not).
+fn settle_step(
+    choice: &mut Choice,
+    delta: &mut Delta,
+    parallel_tool_calls: bool,
+    tokens: u32,
+    answered: bool,
+    finish: Option<&'static str>,
+    ending: bool,
+) -> Option<&'static str> {
+    if !parallel_tool_calls {
+        delta.calls.retain(|c| c.index == 0);
+    }
+    count_reasoning(choice, delta, tokens, answered);
+    choice.had_calls |= !delta.calls.is_empty();
+    let finish = finish.map(|f| match f {
+        "stop" if choice.had_calls => "tool_calls",
+        other => other,
+    });
+    if ending {
+        choice.finished = true;
+        choice.finish_reason = finish;
+    }
+    finish
+}
+
 fn count_reasoning(choice: &mut Choice, delta: &Delta, tokens: u32, answered: bool) {
     if !delta.reasoning.is_empty() || (!answered && choice.in_reasoning) {
         choice.reasoning_tokens += tokens;
