@@ -279,9 +279,7 @@ def run(
         for fam in families:
             for peer in (*PEERS, "plugin"):
                 names = getattr(fam, "vllm" if peer == "plugin" else peer)
-                if names is None or (peer == "plugin" and fam.vocab == "harmony"):
-                    # vLLM parses a gpt-oss checkpoint's output with its HarmonyParser,
-                    # which takes no parser but its own: no plugin runs there.
+                if names is None:
                     continue
                 verdicts = report.setdefault(fam.name, {}).setdefault(peer, Verdicts())
                 dialect = ("vllm" if peer == "plugin" else peer) if use_dialects else None
