@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 use _core::parsers::chat::ChatOptions;
 use _core::parsers::{ChatParser, Delta, Tools};
@@ -371,6 +370,7 @@ fn thread_ns() -> u128 {
 /// Elsewhere, wall time.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn thread_ns() -> u128 {
+    use std::time::Instant;
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_nanos()
 }
