@@ -52,6 +52,17 @@ pub struct JailRules {
     /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
     /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
     json_after_marker: bool,
+    /// A jail a start marker opened ends at its last `]` only once text other
+    /// than whitespace follows it (live-checked, mistral: `[TOOL_CALLS][…]`
+    /// then `  ` holds on, then `é` releases the calls and `  é` after them).
+    ends_after_text_past_list: bool,
+    /// The text released beside calls keeps its trailing whitespace (mistral:
+    /// `[ARG\n\n[TOOL_CALLS][…]` says `[ARG\n\n`).
+    keeps_space_before_start: bool,
+    /// Held text without calls that holds an end marker is dropped like text
+    /// with a start marker (mistral: ` [/TOOL_CALLS]`, jailed by its `[`, goes
+    /// out as nothing, the space before it too).
+    end_marker_drops_text: bool,
     /// The jail also ends where a whole parse finds calls (families without an
     /// end marker, and `default`, whose `</TOOLCALL>` is optional).
     ends_on_calls: bool,
@@ -70,7 +81,7 @@ impl JailRules {
                     Trigger::Json,
                 ),
                 "nemotron_deci" => (&["<TOOLCALL>"], &["</TOOLCALL>"], Trigger::Json),
-                "mistral" => (&["[TOOL_CALLS]"], &[], Trigger::Json),
+                "mistral" => (&["[TOOL_CALLS]"], &["[/TOOL_CALLS]"], Trigger::Json),
                 "llama3_json" => (&["<|python_tag|>"], &[], Trigger::Json),
                 "phi4" => (&["functools"], &[], Trigger::Json),
                 "pythonic" => (&[], &[], Trigger::Pythonic),
@@ -105,11 +116,14 @@ impl JailRules {
             ends,
             trigger,
             forced_as_auto: name == "kimi_k2",
-            content_before_start: matches!(name, "kimi_k2" | "deepseek_v3_1"),
+            content_before_start: matches!(name, "kimi_k2" | "deepseek_v3_1" | "mistral"),
             own_end: (name == "deepseek_v3_1")
                 .then_some(("<｜tool▁call▁begin｜>", &["<｜tool▁call▁end｜>"])),
             json_after_marker: name == "mistral",
-            ends_on_calls: ends.is_empty() || name == "default",
+            ends_after_text_past_list: name == "mistral",
+            keeps_space_before_start: name == "mistral",
+            end_marker_drops_text: name == "mistral",
+            ends_on_calls: ends.is_empty() || matches!(name, "default" | "mistral"),
         }
     }
 
@@ -156,6 +170,11 @@ impl JailRules {
         })
     }
 
+    /// Whether held text without calls is dropped for the end marker in it.
+    fn closes_without_calls(&self, text: &str) -> bool {
+        self.end_marker_drops_text && self.ends.iter().any(|m| text.contains(m))
+    }
+
     /// The family's start heuristic (the reference's `detect_tool_call_start`).
     fn detects_start(&self, text: &str) -> bool {
         match self.trigger {
@@ -183,6 +202,11 @@ impl JailRules {
         self.starts
             .iter()
             .any(|m| text.contains(m) || prefixes(m).any(|p| text.ends_with(p)))
+    }
+
+    /// Where the first of the family's start markers begins in `text`.
+    fn first_start(&self, text: &str) -> Option<usize> {
+        self.starts.iter().filter_map(|m| text.find(m)).min()
     }
 
     /// Whether `text` holds a complete start marker.
@@ -285,26 +309,37 @@ impl ToolJail {
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
         if self.jailed {
             self.held.push_str(piece);
-            self.try_end(out);
+        } else if !self.admit(piece, &mut out.passed) {
             return;
         }
+        if let Some(trailing) = self.try_end(out) {
+            // The reference reads the text after a jail's end as a piece of its
+            // own: it may open the next jail (mistral: `[{…}][` holds the `[`).
+            // A second release waits for the next piece.
+            self.admit(&trailing, &mut out.trailing);
+        }
+    }
+
+    /// Text outside the jail: what passes goes to `passed`, the rest is held.
+    /// Whether a start marker opened the jail (its end is looked for at once).
+    fn admit(&mut self, piece: &str, passed: &mut String) -> bool {
         let combined = std::mem::take(&mut self.partial) + piece;
         if let Some((at, _)) = self.rules.find_start(&combined) {
-            out.passed.push_str(&combined[..at]);
+            passed.push_str(&combined[..at]);
             self.held = combined[at..].to_owned();
             self.jailed = true;
-            self.try_end(out);
-        } else if let Some(at) = self.rules.partial_suffix(&combined) {
-            out.passed.push_str(&combined[..at]);
-            self.partial = combined[at..].to_owned();
-        } else {
-            if self.rules.detects_start(&combined) {
-                self.held = combined;
-                self.jailed = true;
-            } else {
-                out.passed.push_str(&combined);
-            }
+            return true;
         }
+        if let Some(at) = self.rules.partial_suffix(&combined) {
+            passed.push_str(&combined[..at]);
+            self.partial = combined[at..].to_owned();
+        } else if self.rules.detects_start(&combined) {
+            self.held = combined;
+            self.jailed = true;
+        } else {
+            passed.push_str(&combined);
+        }
+        false
     }
 
     /// End of output: the held text, parsed, if any.
@@ -323,8 +358,8 @@ impl ToolJail {
 
     /// The jail ends at the first end marker or, where the family allows it (see
     /// `ends_on_calls`) or no start marker opened it (JSON a start guess jailed),
-    /// where a whole parse finds calls.
-    fn try_end(&mut self, out: &mut Released) {
+    /// where a whole parse finds calls. Returns the text after the end.
+    fn try_end(&mut self, out: &mut Released) -> Option<String> {
         let find_end = |ends: &[&str]| {
             ends.iter()
                 .find_map(|m| self.held.find(m).map(|at| at + m.len()))
@@ -338,18 +373,29 @@ impl ToolJail {
         let end = own_end.into_iter().chain(find_end(self.rules.ends)).min();
         let end = match end {
             Some(end) => end,
+            None if self.rules.ends_after_text_past_list && self.rules.has_start(&self.held) => {
+                match self.held.rfind(']').map(|at| at + 1) {
+                    Some(end)
+                        if !self.held[end..].trim().is_empty()
+                            && !self.parse(&self.held[..end]).calls.is_empty() =>
+                    {
+                        end
+                    }
+                    _ => return None,
+                }
+            }
             None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
                 && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
                 self.held.len()
             }
-            None => return,
+            None => return None,
         };
-        let held = std::mem::take(&mut self.held);
+        let mut held = std::mem::take(&mut self.held);
         self.jailed = false;
         out.parsed = Some(self.parse(&held[..end]));
-        out.trailing.push_str(&held[end..]);
+        Some(held.split_off(end))
     }
 
     /// Bare JSON (no start marker) is read from its first `{` or `[` to the end of
@@ -367,10 +413,12 @@ impl ToolJail {
     }
 
     /// The reference's whole parse is strict: JSON and Python lists parse only once
-    /// every bracket they opened is closed.
+    /// every bracket they opened is closed — from the start marker on, when there
+    /// is one (`{x <|python_tag|>{…}`: the JSON after the marker is what parses).
     fn could_be_whole(&self) -> bool {
+        let from = self.rules.first_start(&self.held).unwrap_or(0);
         matches!(self.rules.trigger, Trigger::Marker | Trigger::TrimmedMarker)
-            || brackets_closed(&self.held)
+            || brackets_closed(&self.held[from..])
     }
 
     fn parse(&self, text: &str) -> Parsed {
@@ -388,7 +436,7 @@ impl ToolJail {
             // Held text with a start marker and no call in it is dropped whole;
             // but a jail its own-end marker opened keeps it whole once a family
             // start marker follows (live-checked, deepseek_v3_1).
-            let marked = self.rules.has_start(text)
+            let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
                 && !(self.rules.opened_by_own_end(text)
                     && self.rules.starts.iter().any(|m| text.contains(m)));
             return Parsed {
@@ -403,12 +451,13 @@ impl ToolJail {
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
         let content = match self.rules.find_start(text) {
-            Some((at, _)) if self.rules.content_before_start => &text[..at],
-            _ => &message.content,
+            Some((at, _)) if self.rules.keeps_space_before_start => text[..at].trim_start(),
+            Some((at, _)) if self.rules.content_before_start => text[..at].trim(),
+            _ => message.content.trim(),
         };
         Parsed {
             calls: message.tool_calls,
-            content: content.trim().to_owned(),
+            content: content.to_owned(),
         }
     }
 }
