@@ -116,7 +116,10 @@ impl JailRules {
             ends,
             trigger,
             forced_as_auto: name == "kimi_k2",
-            content_before_start: matches!(name, "kimi_k2" | "deepseek_v3_1" | "mistral"),
+            content_before_start: matches!(
+                name,
+                "kimi_k2" | "deepseek_v3_1" | "mistral" | "llama3_json"
+            ),
             own_end: (name == "deepseek_v3_1")
                 .then_some(("<｜tool▁call▁begin｜>", &["<｜tool▁call▁end｜>"])),
             json_after_marker: name == "mistral",
@@ -168,6 +171,28 @@ impl JailRules {
                 }
             })
         })
+    }
+
+    /// Dynamo's reading of JSON after a start marker: a piece after a marker that
+    /// opens with `{` (`[`) is read up to its last `}` (`]`), and counts once that
+    /// much is JSON (`<|python_tag|>{…}{"` reads the first object and ends).
+    fn marked_json_closes(&self, text: &str) -> bool {
+        self.starts
+            .iter()
+            .any(|m| text.split(m).skip(1).any(json_piece_parses))
+    }
+
+    /// Whether the parse of marked text without calls says the text before the
+    /// first marker: some piece around a marker reads as JSON (see
+    /// `marked_json_closes`), and that text is not blank. Otherwise the parser
+    /// says nothing and the held text is dropped.
+    fn says_text_before(&self, text: &str) -> bool {
+        self.first_start(text)
+            .is_some_and(|at| !text[..at].trim().is_empty())
+            && self
+                .starts
+                .iter()
+                .any(|m| text.split(m).any(json_piece_parses))
     }
 
     /// Whether held text without calls is dropped for the end marker in it.
@@ -246,6 +271,20 @@ impl JailRules {
                 .any(|m| m.len() > tail.len() && m.starts_with(tail))
         })
     }
+}
+
+/// A piece of text around a start marker, read as Dynamo reads it: one that opens
+/// with `{` (`[`) is cut at its last `}` (`]`) and counts when that is JSON.
+fn json_piece_parses(piece: &str) -> bool {
+    let piece = piece.trim();
+    let close = match piece.as_bytes().first() {
+        Some(b'{') => '}',
+        Some(b'[') => ']',
+        _ => return false,
+    };
+    piece
+        .rfind(close)
+        .is_some_and(|at| serde_json::from_str::<serde_json::Value>(&piece[..=at]).is_ok())
 }
 
 /// The non-empty proper prefixes of a marker, on char boundaries.
@@ -388,7 +427,7 @@ impl ToolJail {
                 && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
-                self.held.len()
+                self.list_end()
             }
             None => return None,
         };
@@ -396,6 +435,16 @@ impl ToolJail {
         self.jailed = false;
         out.parsed = Some(self.parse(&held[..end]));
         Some(held.split_off(end))
+    }
+
+    /// Where a release of calls ends: at the held list's last `]` for mistral
+    /// (the reference's end position; a `\n` after a fenced list streams on),
+    /// else with the held text.
+    fn list_end(&self) -> usize {
+        match self.held.rfind(']') {
+            Some(at) if self.rules.ends_after_text_past_list => at + 1,
+            _ => self.held.len(),
+        }
     }
 
     /// Bare JSON (no start marker) is read from its first `{` or `[` to the end of
@@ -413,12 +462,14 @@ impl ToolJail {
     }
 
     /// The reference's whole parse is strict: JSON and Python lists parse only once
-    /// every bracket they opened is closed — from the start marker on, when there
-    /// is one (`{x <|python_tag|>{…}`: the JSON after the marker is what parses).
+    /// every bracket they opened is closed; JSON after a start marker is read as
+    /// Dynamo reads it (`{x <|python_tag|>{…}`: the JSON after the marker counts).
     fn could_be_whole(&self) -> bool {
-        let from = self.rules.first_start(&self.held).unwrap_or(0);
-        matches!(self.rules.trigger, Trigger::Marker | Trigger::TrimmedMarker)
-            || brackets_closed(&self.held[from..])
+        match (self.rules.trigger, self.rules.first_start(&self.held)) {
+            (Trigger::Marker | Trigger::TrimmedMarker, _) => true,
+            (Trigger::Json, Some(_)) => self.rules.marked_json_closes(&self.held),
+            (_, from) => brackets_closed(&self.held[from.unwrap_or(0)..]),
+        }
     }
 
     fn parse(&self, text: &str) -> Parsed {
@@ -435,10 +486,14 @@ impl ToolJail {
         {
             // Held text with a start marker and no call in it is dropped whole;
             // but a jail its own-end marker opened keeps it whole once a family
-            // start marker follows (live-checked, deepseek_v3_1).
+            // start marker follows (live-checked, deepseek_v3_1), and so does a
+            // JSON family's text that holds JSON but no call, with text before
+            // the marker (the parser says that text, and the jail then releases
+            // all it held: mistral's `{"city":…}[TOOL_CALLS]f[ARGS]{…}`).
             let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
                 && !(self.rules.opened_by_own_end(text)
-                    && self.rules.starts.iter().any(|m| text.contains(m)));
+                    && self.rules.starts.iter().any(|m| text.contains(m)))
+                && !(self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
             return Parsed {
                 calls: Vec::new(),
                 content: if marked {
