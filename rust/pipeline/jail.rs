@@ -236,9 +236,11 @@ fn prefixes(marker: &str) -> impl Iterator<Item = &str> {
 #[derive(Debug, Default)]
 pub struct Released {
     /// The held text, parsed: calls (with the text around them), or, with no
-    /// calls, the held text as it was (nothing if it had a start marker).
-    pub parsed: Option<Parsed>,
-    /// Text after the end of the jail, in the same piece.
+    /// calls, the held text as it was (nothing if it had a start marker). More
+    /// than one when text after a jail's end opens and ends another.
+    pub parsed: Vec<Parsed>,
+    /// Text after the end of the jail, in the same piece, that passed the jail
+    /// again (a start marker or its prefix in it is held as in any piece).
     pub trailing: String,
     /// Text that never entered the jail.
     pub passed: String,
@@ -286,24 +288,35 @@ impl ToolJail {
         if self.jailed {
             self.held.push_str(piece);
             self.try_end(out);
-            return;
+        } else {
+            self.feed_free(piece, out, false);
         }
+    }
+
+    /// A piece while nothing is jailed. Text after a jail's end comes back here
+    /// (`after_end`): the reference matches markers in it again, so `</tool_call><`
+    /// holds its `<` for the next piece (live-checked); what passes goes to
+    /// `trailing` then.
+    fn feed_free(&mut self, piece: &str, out: &mut Released, after_end: bool) {
         let combined = std::mem::take(&mut self.partial) + piece;
+        let passed = if after_end {
+            &mut out.trailing
+        } else {
+            &mut out.passed
+        };
         if let Some((at, _)) = self.rules.find_start(&combined) {
-            out.passed.push_str(&combined[..at]);
+            passed.push_str(&combined[..at]);
             self.held = combined[at..].to_owned();
             self.jailed = true;
             self.try_end(out);
         } else if let Some(at) = self.rules.partial_suffix(&combined) {
-            out.passed.push_str(&combined[..at]);
+            passed.push_str(&combined[..at]);
             self.partial = combined[at..].to_owned();
+        } else if self.rules.detects_start(&combined) {
+            self.held = combined;
+            self.jailed = true;
         } else {
-            if self.rules.detects_start(&combined) {
-                self.held = combined;
-                self.jailed = true;
-            } else {
-                out.passed.push_str(&combined);
-            }
+            passed.push_str(&combined);
         }
     }
 
@@ -348,8 +361,10 @@ impl ToolJail {
         };
         let held = std::mem::take(&mut self.held);
         self.jailed = false;
-        out.parsed = Some(self.parse(&held[..end]));
-        out.trailing.push_str(&held[end..]);
+        out.parsed.push(self.parse(&held[..end]));
+        if end < held.len() {
+            self.feed_free(&held[end..], out, true);
+        }
     }
 
     /// Bare JSON (no start marker) is read from its first `{` or `[` to the end of
