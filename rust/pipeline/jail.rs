@@ -299,9 +299,11 @@ fn prefixes(marker: &str) -> impl Iterator<Item = &str> {
 #[derive(Debug, Default)]
 pub struct Released {
     /// The held text, parsed: calls (with the text around them), or, with no
-    /// calls, the held text as it was (nothing if it had a start marker).
-    pub parsed: Option<Parsed>,
-    /// Text after the end of the jail, in the same piece.
+    /// calls, the held text as it was (nothing if it had a start marker). More
+    /// than one when text after a jail's end opens and ends another.
+    pub parsed: Vec<Parsed>,
+    /// Text after the end of the jail, in the same piece, that passed the jail
+    /// again (a start marker or its prefix in it is held as in any piece).
     pub trailing: String,
     /// Text that never entered the jail.
     pub passed: String,
@@ -348,28 +350,29 @@ impl ToolJail {
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
         if self.jailed {
             self.held.push_str(piece);
-        } else if !self.admit(piece, &mut out.passed) {
-            return;
-        }
-        if let Some(trailing) = self.try_end(out) {
-            // The reference reads the text after a jail's end as a piece of its
-            // own: it may open the next jail (mistral: `[{…}][` holds the `[`).
-            // A second release waits for the next piece.
-            self.admit(&trailing, &mut out.trailing);
+            self.try_end(out);
+        } else {
+            self.feed_free(piece, out, false);
         }
     }
 
-    /// Text outside the jail: what passes goes to `passed`, the rest is held.
-    /// Whether a start marker opened the jail (its end is looked for at once).
-    fn admit(&mut self, piece: &str, passed: &mut String) -> bool {
+    /// A piece while nothing is jailed. Text after a jail's end comes back here
+    /// (`after_end`): the reference matches markers in it again, so `</tool_call><`
+    /// holds its `<` for the next piece (live-checked); what passes goes to
+    /// `trailing` then.
+    fn feed_free(&mut self, piece: &str, out: &mut Released, after_end: bool) {
         let combined = std::mem::take(&mut self.partial) + piece;
+        let passed = if after_end {
+            &mut out.trailing
+        } else {
+            &mut out.passed
+        };
         if let Some((at, _)) = self.rules.find_start(&combined) {
             passed.push_str(&combined[..at]);
             self.held = combined[at..].to_owned();
             self.jailed = true;
-            return true;
-        }
-        if let Some(at) = self.rules.partial_suffix(&combined) {
+            self.try_end(out);
+        } else if let Some(at) = self.rules.partial_suffix(&combined) {
             passed.push_str(&combined[..at]);
             self.partial = combined[at..].to_owned();
         } else if self.rules.detects_start(&combined) {
@@ -378,7 +381,6 @@ impl ToolJail {
         } else {
             passed.push_str(&combined);
         }
-        false
     }
 
     /// End of output: the held text, parsed, if any.
@@ -397,8 +399,8 @@ impl ToolJail {
 
     /// The jail ends at the first end marker or, where the family allows it (see
     /// `ends_on_calls`) or no start marker opened it (JSON a start guess jailed),
-    /// where a whole parse finds calls. Returns the text after the end.
-    fn try_end(&mut self, out: &mut Released) -> Option<String> {
+    /// where a whole parse finds calls.
+    fn try_end(&mut self, out: &mut Released) {
         let find_end = |ends: &[&str]| {
             ends.iter()
                 .find_map(|m| self.held.find(m).map(|at| at + m.len()))
@@ -420,7 +422,7 @@ impl ToolJail {
                     {
                         end
                     }
-                    _ => return None,
+                    _ => return,
                 }
             }
             None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
@@ -429,12 +431,14 @@ impl ToolJail {
             {
                 self.list_end()
             }
-            None => return None,
+            None => return,
         };
-        let mut held = std::mem::take(&mut self.held);
+        let held = std::mem::take(&mut self.held);
         self.jailed = false;
-        out.parsed = Some(self.parse(&held[..end]));
-        Some(held.split_off(end))
+        out.parsed.push(self.parse(&held[..end]));
+        if end < held.len() {
+            self.feed_free(&held[end..], out, true);
+        }
     }
 
     /// Where a release of calls ends: at the held list's last `]` for mistral

@@ -703,7 +703,7 @@ impl ResponseState {
         count_reasoning(choice, &self.delta, tokens, answered);
         let parallel = self.plan.parallel_tool_calls;
         let mut parts: Vec<JailedPart> = Vec::with_capacity(4);
-        if let Some(parsed) = released.parsed.take() {
+        for parsed in std::mem::take(&mut released.parsed) {
             parts.push(JailedPart::parsed(
                 parsed,
                 finish,
