@@ -17,7 +17,7 @@
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
-use crate::parsers::tools::json_calls::pythonic_whole::parse_whole;
+use crate::parsers::tools::json_calls::{hermes_whole, pythonic_whole};
 use crate::parsers::ToolCall;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
@@ -66,6 +66,9 @@ pub struct JailRules {
     /// The jail also ends where a whole parse finds calls (families without an
     /// end marker, and `default`, whose `</TOOLCALL>` is optional).
     ends_on_calls: bool,
+    /// Held text is read by Dynamo's own hermes parse
+    /// ([`hermes_whole`](crate::parsers::tools::json_calls::hermes_whole)).
+    hermes_whole: bool,
 }
 
 impl JailRules {
@@ -127,6 +130,7 @@ impl JailRules {
             keeps_space_before_start: name == "mistral",
             end_marker_drops_text: name == "mistral",
             ends_on_calls: ends.is_empty() || matches!(name, "default" | "mistral"),
+            hermes_whole: name == "hermes",
         }
     }
 
@@ -480,6 +484,16 @@ impl ToolJail {
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);
         }
+        if self.rules.hermes_whole {
+            let parse = hermes_whole::parse_whole(text);
+            if parse.calls.is_empty() {
+                return self.no_calls(text);
+            }
+            return Parsed {
+                calls: numbered(parse.calls),
+                content: parse.content,
+            };
+        }
         // The reference trims the held text before parsing it (a string cut by the
         // end of output loses its trailing spaces before it is closed).
         let (message, _) = parse_with(text.trim_end(), &self.tools);
@@ -488,24 +502,7 @@ impl ToolJail {
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
             || (self.rules.trigger == Trigger::Json && self.rules.call_without_arguments(text))
         {
-            // Held text with a start marker and no call in it is dropped whole;
-            // but a jail its own-end marker opened keeps it whole once a family
-            // start marker follows (live-checked, deepseek_v3_1), and so does a
-            // JSON family's text that holds JSON but no call, with text before
-            // the marker (the parser says that text, and the jail then releases
-            // all it held: mistral's `{"city":…}[TOOL_CALLS]f[ARGS]{…}`).
-            let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
-                && !(self.rules.opened_by_own_end(text)
-                    && self.rules.starts.iter().any(|m| text.contains(m)))
-                && !(self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
-            return Parsed {
-                calls: Vec::new(),
-                content: if marked {
-                    String::new()
-                } else {
-                    text.to_owned()
-                },
-            };
+            return self.no_calls(text);
         }
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
@@ -519,24 +516,49 @@ impl ToolJail {
             content: content.to_owned(),
         }
     }
+
+    /// Held text without a call: dropped whole when it has a start marker; but a
+    /// jail its own-end marker opened keeps it whole once a family start marker
+    /// follows (live-checked, deepseek_v3_1), and so does a JSON family's text that
+    /// holds JSON but no call, with text before the marker (the parser says that
+    /// text, and the jail then releases all it held: mistral's
+    /// `{"city":…}[TOOL_CALLS]f[ARGS]{…}`).
+    fn no_calls(&self, text: &str) -> Parsed {
+        let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
+            && !(self.rules.opened_by_own_end(text)
+                && self.rules.starts.iter().any(|m| text.contains(m)))
+            && !(self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
+        Parsed {
+            calls: Vec::new(),
+            content: if marked {
+                String::new()
+            } else {
+                text.to_owned()
+            },
+        }
+    }
+}
+
+/// Calls read as (name, arguments), numbered and given ids.
+fn numbered(calls: Vec<(String, String)>) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(index, (name, arguments))| ToolCall {
+            index,
+            id: new_call_id(),
+            name,
+            arguments,
+        })
+        .collect()
 }
 
 /// Dynamo's pythonic parser over the held text: a call list that is not valid
 /// Python loses the whole text (the reference releases an empty content).
 fn parse_pythonic(text: &str) -> Parsed {
-    match parse_whole(text) {
+    match pythonic_whole::parse_whole(text) {
         Ok(parse) if !parse.calls.is_empty() => Parsed {
-            calls: parse
-                .calls
-                .into_iter()
-                .enumerate()
-                .map(|(index, (name, arguments))| ToolCall {
-                    index,
-                    id: new_call_id(),
-                    name,
-                    arguments,
-                })
-                .collect(),
+            calls: numbered(parse.calls),
             content: parse.content,
         },
         Ok(_) => Parsed {
