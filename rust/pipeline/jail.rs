@@ -17,6 +17,7 @@
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
+use crate::parsers::tools::harmony_whole::parse_whole as parse_whole_harmony;
 use crate::parsers::tools::json_calls::pythonic_whole::parse_whole;
 use crate::parsers::ToolCall;
 
@@ -33,6 +34,10 @@ enum Trigger {
     TrimmedMarker,
     /// Pythonic: any `[`.
     Pythonic,
+    /// Harmony: as `Marker`, or a `<|channel|>` or `<|call|>` anywhere
+    /// (live-checked: the whole piece is held, and the jail's end is looked for
+    /// from the next piece on).
+    Harmony,
 }
 
 /// One family's jail: its start and end markers and its start heuristic.
@@ -86,7 +91,7 @@ impl JailRules {
                         "<|channel|>commentary",
                     ],
                     &["<|call|>"],
-                    Trigger::Marker,
+                    Trigger::Harmony,
                 ),
                 "deepseek_v3" => (
                     &["<｜tool▁calls▁begin｜>"],
@@ -173,6 +178,11 @@ impl JailRules {
                         }))
             }
             Trigger::Marker => self.marker_or_prefix_ends(text),
+            Trigger::Harmony => {
+                self.marker_or_prefix_ends(text)
+                    || text.contains("<|channel|>")
+                    || text.contains("<|call|>")
+            }
             Trigger::TrimmedMarker => self.marker_or_prefix_ends(text.trim()),
             Trigger::Pythonic => text.trim().contains('['),
         }
@@ -283,6 +293,12 @@ impl ToolJail {
 
     /// Take one piece of content.
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
+        // Dynamo's jail sees no frame whose content the harmony reasoning parser
+        // emptied (live-checked: a `<|call|>` held before such frames is released
+        // only with the finish reason).
+        if piece.is_empty() && self.rules.trigger == Trigger::Harmony {
+            return;
+        }
         if self.jailed {
             self.held.push_str(piece);
             self.try_end(out);
@@ -369,13 +385,18 @@ impl ToolJail {
     /// The reference's whole parse is strict: JSON and Python lists parse only once
     /// every bracket they opened is closed.
     fn could_be_whole(&self) -> bool {
-        matches!(self.rules.trigger, Trigger::Marker | Trigger::TrimmedMarker)
-            || brackets_closed(&self.held)
+        matches!(
+            self.rules.trigger,
+            Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony
+        ) || brackets_closed(&self.held)
     }
 
     fn parse(&self, text: &str) -> Parsed {
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);
+        }
+        if self.rules.trigger == Trigger::Harmony {
+            return parse_harmony(text);
         }
         // The reference trims the held text before parsing it (a string cut by the
         // end of output loses its trailing spaces before it is closed).
@@ -439,6 +460,26 @@ fn parse_pythonic(text: &str) -> Parsed {
             calls: Vec::new(),
             content: String::new(),
         },
+    }
+}
+
+/// Dynamo's harmony parser over the held text: its calls, and its content (the
+/// cleaned text when nothing parsed as Harmony messages).
+fn parse_harmony(text: &str) -> Parsed {
+    let parse = parse_whole_harmony(text);
+    Parsed {
+        calls: parse
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, (name, arguments))| ToolCall {
+                index,
+                id: new_call_id(),
+                name,
+                arguments,
+            })
+            .collect(),
+        content: parse.content,
     }
 }
 
