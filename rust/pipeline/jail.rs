@@ -17,6 +17,7 @@
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
+use crate::parsers::tools::harmony_whole::parse_whole as parse_whole_harmony;
 use crate::parsers::tools::json_calls::{hermes_whole, pythonic_whole};
 use crate::parsers::ToolCall;
 
@@ -33,6 +34,10 @@ enum Trigger {
     TrimmedMarker,
     /// Pythonic: any `[`.
     Pythonic,
+    /// Harmony: as `Marker`, or a `<|channel|>` or `<|call|>` anywhere
+    /// (live-checked: the whole piece is held, and the jail's end is looked for
+    /// from the next piece on).
+    Harmony,
 }
 
 /// One family's jail: its start and end markers and its start heuristic.
@@ -100,7 +105,7 @@ impl JailRules {
                         "<|channel|>commentary",
                     ],
                     &["<|call|>"],
-                    Trigger::Marker,
+                    Trigger::Harmony,
                 ),
                 "deepseek_v3" => (
                     &["<｜tool▁calls▁begin｜>"],
@@ -221,6 +226,11 @@ impl JailRules {
                         }))
             }
             Trigger::Marker => self.marker_or_prefix_ends(text),
+            Trigger::Harmony => {
+                self.marker_or_prefix_ends(text)
+                    || text.contains("<|channel|>")
+                    || text.contains("<|call|>")
+            }
             Trigger::TrimmedMarker => self.marker_or_prefix_ends(text.trim()),
             Trigger::Pythonic => text.trim().contains('['),
         }
@@ -352,6 +362,12 @@ impl ToolJail {
 
     /// Take one piece of content.
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
+        // Dynamo's jail sees no frame whose content the harmony reasoning parser
+        // emptied (live-checked: a `<|call|>` held before such frames is released
+        // only with the finish reason).
+        if piece.is_empty() && self.rules.trigger == Trigger::Harmony {
+            return;
+        }
         if self.jailed {
             self.held.push_str(piece);
             self.try_end(out);
@@ -474,7 +490,7 @@ impl ToolJail {
     /// Dynamo reads it (`{x <|python_tag|>{…}`: the JSON after the marker counts).
     fn could_be_whole(&self) -> bool {
         match (self.rules.trigger, self.rules.first_start(&self.held)) {
-            (Trigger::Marker | Trigger::TrimmedMarker, _) => true,
+            (Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony, _) => true,
             (Trigger::Json, Some(_)) => self.rules.marked_json_closes(&self.held),
             (_, from) => brackets_closed(&self.held[from.unwrap_or(0)..]),
         }
@@ -483,6 +499,9 @@ impl ToolJail {
     fn parse(&self, text: &str) -> Parsed {
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);
+        }
+        if self.rules.trigger == Trigger::Harmony {
+            return parse_harmony(text);
         }
         if self.rules.hermes_whole {
             let parse = hermes_whole::parse_whole(text);
@@ -569,6 +588,26 @@ fn parse_pythonic(text: &str) -> Parsed {
             calls: Vec::new(),
             content: String::new(),
         },
+    }
+}
+
+/// Dynamo's harmony parser over the held text: its calls, and its content (the
+/// cleaned text when nothing parsed as Harmony messages).
+fn parse_harmony(text: &str) -> Parsed {
+    let parse = parse_whole_harmony(text);
+    Parsed {
+        calls: parse
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, (name, arguments))| ToolCall {
+                index,
+                id: new_call_id(),
+                name,
+                arguments,
+            })
+            .collect(),
+        content: parse.content,
     }
 }
 
