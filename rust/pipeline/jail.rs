@@ -17,7 +17,8 @@
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
-use crate::parsers::tools::json_calls::pythonic_whole::parse_whole;
+use crate::parsers::tools::harmony_whole::parse_whole as parse_whole_harmony;
+use crate::parsers::tools::json_calls::{hermes_whole, pythonic_whole};
 use crate::parsers::ToolCall;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
@@ -33,6 +34,10 @@ enum Trigger {
     TrimmedMarker,
     /// Pythonic: any `[`.
     Pythonic,
+    /// Harmony: as `Marker`, or a `<|channel|>` or `<|call|>` anywhere
+    /// (live-checked: the whole piece is held, and the jail's end is looked for
+    /// from the next piece on).
+    Harmony,
 }
 
 /// One family's jail: its start and end markers and its start heuristic.
@@ -66,6 +71,9 @@ pub struct JailRules {
     /// The jail also ends where a whole parse finds calls (families without an
     /// end marker, and `default`, whose `</TOOLCALL>` is optional).
     ends_on_calls: bool,
+    /// Held text is read by Dynamo's own hermes parse
+    /// ([`hermes_whole`](crate::parsers::tools::json_calls::hermes_whole)).
+    hermes_whole: bool,
 }
 
 impl JailRules {
@@ -97,7 +105,7 @@ impl JailRules {
                         "<|channel|>commentary",
                     ],
                     &["<|call|>"],
-                    Trigger::Marker,
+                    Trigger::Harmony,
                 ),
                 "deepseek_v3" => (
                     &["<｜tool▁calls▁begin｜>"],
@@ -127,6 +135,7 @@ impl JailRules {
             keeps_space_before_start: name == "mistral",
             end_marker_drops_text: name == "mistral",
             ends_on_calls: ends.is_empty() || matches!(name, "default" | "mistral"),
+            hermes_whole: name == "hermes",
         }
     }
 
@@ -217,6 +226,11 @@ impl JailRules {
                         }))
             }
             Trigger::Marker => self.marker_or_prefix_ends(text),
+            Trigger::Harmony => {
+                self.marker_or_prefix_ends(text)
+                    || text.contains("<|channel|>")
+                    || text.contains("<|call|>")
+            }
             Trigger::TrimmedMarker => self.marker_or_prefix_ends(text.trim()),
             Trigger::Pythonic => text.trim().contains('['),
         }
@@ -348,6 +362,12 @@ impl ToolJail {
 
     /// Take one piece of content.
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
+        // Dynamo's jail sees no frame whose content the harmony reasoning parser
+        // emptied (live-checked: a `<|call|>` held before such frames is released
+        // only with the finish reason).
+        if piece.is_empty() && self.rules.trigger == Trigger::Harmony {
+            return;
+        }
         if self.jailed {
             self.held.push_str(piece);
             self.try_end(out);
@@ -472,7 +492,10 @@ impl ToolJail {
         match (self.rules.trigger, self.rules.first_start(&self.held)) {
             // Dynamo's pythonic parser finds the first whole call list in the
             // text: `[f()][g(` reads `[f()]` and ends the jail.
-            (Trigger::Marker | Trigger::TrimmedMarker | Trigger::Pythonic, _) => true,
+            (
+                Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony | Trigger::Pythonic,
+                _,
+            ) => true,
             (Trigger::Json, Some(_)) => self.rules.marked_json_closes(&self.held),
             (_, from) => brackets_closed(&self.held[from.unwrap_or(0)..]),
         }
@@ -482,6 +505,19 @@ impl ToolJail {
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);
         }
+        if self.rules.trigger == Trigger::Harmony {
+            return parse_harmony(text);
+        }
+        if self.rules.hermes_whole {
+            let parse = hermes_whole::parse_whole(text);
+            if parse.calls.is_empty() {
+                return self.no_calls(text);
+            }
+            return Parsed {
+                calls: numbered(parse.calls),
+                content: parse.content,
+            };
+        }
         // The reference trims the held text before parsing it (a string cut by the
         // end of output loses its trailing spaces before it is closed).
         let (message, _) = parse_with(text.trim_end(), &self.tools);
@@ -490,24 +526,7 @@ impl ToolJail {
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
             || (self.rules.trigger == Trigger::Json && self.rules.call_without_arguments(text))
         {
-            // Held text with a start marker and no call in it is dropped whole;
-            // but a jail its own-end marker opened keeps it whole once a family
-            // start marker follows (live-checked, deepseek_v3_1), and so does a
-            // JSON family's text that holds JSON but no call, with text before
-            // the marker (the parser says that text, and the jail then releases
-            // all it held: mistral's `{"city":…}[TOOL_CALLS]f[ARGS]{…}`).
-            let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
-                && !(self.rules.opened_by_own_end(text)
-                    && self.rules.starts.iter().any(|m| text.contains(m)))
-                && !(self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
-            return Parsed {
-                calls: Vec::new(),
-                content: if marked {
-                    String::new()
-                } else {
-                    text.to_owned()
-                },
-            };
+            return self.no_calls(text);
         }
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
@@ -521,24 +540,49 @@ impl ToolJail {
             content: content.to_owned(),
         }
     }
+
+    /// Held text without a call: dropped whole when it has a start marker; but a
+    /// jail its own-end marker opened keeps it whole once a family start marker
+    /// follows (live-checked, deepseek_v3_1), and so does a JSON family's text that
+    /// holds JSON but no call, with text before the marker (the parser says that
+    /// text, and the jail then releases all it held: mistral's
+    /// `{"city":…}[TOOL_CALLS]f[ARGS]{…}`).
+    fn no_calls(&self, text: &str) -> Parsed {
+        let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
+            && !(self.rules.opened_by_own_end(text)
+                && self.rules.starts.iter().any(|m| text.contains(m)))
+            && !(self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
+        Parsed {
+            calls: Vec::new(),
+            content: if marked {
+                String::new()
+            } else {
+                text.to_owned()
+            },
+        }
+    }
+}
+
+/// Calls read as (name, arguments), numbered and given ids.
+fn numbered(calls: Vec<(String, String)>) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(index, (name, arguments))| ToolCall {
+            index,
+            id: new_call_id(),
+            name,
+            arguments,
+        })
+        .collect()
 }
 
 /// Dynamo's pythonic parser over the held text: a call list that is not valid
 /// Python loses the whole text (the reference releases an empty content).
 fn parse_pythonic(text: &str) -> Parsed {
-    match parse_whole(text) {
+    match pythonic_whole::parse_whole(text) {
         Ok(parse) if !parse.calls.is_empty() => Parsed {
-            calls: parse
-                .calls
-                .into_iter()
-                .enumerate()
-                .map(|(index, (name, arguments))| ToolCall {
-                    index,
-                    id: new_call_id(),
-                    name,
-                    arguments,
-                })
-                .collect(),
+            calls: numbered(parse.calls),
             content: parse.content,
         },
         Ok(_) => Parsed {
@@ -549,6 +593,26 @@ fn parse_pythonic(text: &str) -> Parsed {
             calls: Vec::new(),
             content: String::new(),
         },
+    }
+}
+
+/// Dynamo's harmony parser over the held text: its calls, and its content (the
+/// cleaned text when nothing parsed as Harmony messages).
+fn parse_harmony(text: &str) -> Parsed {
+    let parse = parse_whole_harmony(text);
+    Parsed {
+        calls: parse
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, (name, arguments))| ToolCall {
+                index,
+                id: new_call_id(),
+                name,
+                arguments,
+            })
+            .collect(),
+        content: parse.content,
     }
 }
 

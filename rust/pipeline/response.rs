@@ -18,6 +18,7 @@ use super::logprobs::{self, TokenLogprob};
 use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
+use crate::parsers::tools::harmony_whole;
 use crate::parsers::{CallDelta, ChatParser, Delta};
 
 /// The message Dynamo shows for any engine failure (the engine's own text stays inside).
@@ -205,6 +206,16 @@ impl ResponseState {
         self.usage.reasoning_tokens = self.reasoning_tokens();
         if self.plan.batch_part.is_some() {
             return; // the batch writes the usage, [DONE], or the merged body
+        }
+        if !self.plan.stream && self.plan.unary_harmony_cleanup {
+            // Dynamo's unary aggregator re-reads a harmony answer that holds
+            // `<|channel|>`: its cleaned content replaces the text (its calls are
+            // not kept, live-checked without tools and with `tool_choice: none`).
+            for choice in &mut self.choices {
+                if choice.calls.is_empty() && choice.content.contains("<|channel|>") {
+                    choice.content = harmony_whole::parse_whole(&choice.content).content;
+                }
+            }
         }
         let env = self.envelope();
         if self.plan.stream {
