@@ -490,7 +490,12 @@ impl ToolJail {
     /// Dynamo reads it (`{x <|python_tag|>{…}`: the JSON after the marker counts).
     fn could_be_whole(&self) -> bool {
         match (self.rules.trigger, self.rules.first_start(&self.held)) {
-            (Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony, _) => true,
+            // Dynamo's pythonic parser finds the first whole call list in the
+            // text: `[f()][g(` reads `[f()]` and ends the jail.
+            (
+                Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony | Trigger::Pythonic,
+                _,
+            ) => true,
             (Trigger::Json, Some(_)) => self.rules.marked_json_closes(&self.held),
             (_, from) => brackets_closed(&self.held[from.unwrap_or(0)..]),
         }
