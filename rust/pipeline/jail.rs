@@ -286,6 +286,13 @@ impl ToolJail {
         }
     }
 
+    /// Dynamo's jail sees no frame but the last whose content the harmony
+    /// reasoning parser emptied (live-checked: a `<|call|>` held before such
+    /// frames is released only by the last one, with the finish reason).
+    pub fn skips_emptied_frames(&self) -> bool {
+        self.rules.trigger == Trigger::Harmony
+    }
+
     /// Text is held, jailed or as a marker prefix (a finish reason waits for it).
     pub fn is_holding(&self) -> bool {
         self.jailed || !self.partial.is_empty()
@@ -293,12 +300,6 @@ impl ToolJail {
 
     /// Take one piece of content.
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
-        // Dynamo's jail sees no frame whose content the harmony reasoning parser
-        // emptied (live-checked: a `<|call|>` held before such frames is released
-        // only with the finish reason).
-        if piece.is_empty() && self.rules.trigger == Trigger::Harmony {
-            return;
-        }
         if self.jailed {
             self.held.push_str(piece);
             self.try_end(out);
@@ -328,6 +329,12 @@ impl ToolJail {
         let partial = std::mem::take(&mut self.partial);
         let held = if std::mem::take(&mut self.jailed) {
             std::mem::take(&mut self.held)
+        } else if self.rules.trigger == Trigger::Harmony && !partial.is_empty() {
+            // Harmony: a marker prefix held at the end goes out as written.
+            return Some(Parsed {
+                calls: Vec::new(),
+                content: partial,
+            });
         } else {
             partial
         };
@@ -365,7 +372,15 @@ impl ToolJail {
         let held = std::mem::take(&mut self.held);
         self.jailed = false;
         out.parsed = Some(self.parse(&held[..end]));
-        out.trailing.push_str(&held[end..]);
+        let trailing = &held[end..];
+        // Harmony: text after the end that starts the jail again is held
+        // (Dynamo re-jails it; its end is looked for from the next piece on).
+        if self.rules.trigger == Trigger::Harmony && self.rules.detects_start(trailing) {
+            self.held = trailing.to_owned();
+            self.jailed = true;
+        } else {
+            out.trailing.push_str(trailing);
+        }
     }
 
     /// Bare JSON (no start marker) is read from its first `{` or `[` to the end of
