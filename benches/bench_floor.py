@@ -28,8 +28,13 @@ checkout's `python/` folder with its built `_core`), as the row `before`, in the
 
 Loopback only; each scenario is bounded by time (wrk) or by a request count and time (asyncio).
 
-usage: python benches/bench_floor.py [--seconds 3] [--rounds 3] [--client wrk|asyncio] [--before DIR]
-       python benches/bench_floor.py --profile [--seconds 6]
+With --nice N (negative: root) the bench, and so every server and client it starts, runs at
+that niceness: on a machine shared with other jobs, a lower value keeps their load from
+swinging the rounds as much.
+
+usage: python benches/bench_floor.py [--seconds 3] [--rounds 3] [--client wrk|asyncio]
+                                     [--before DIR] [--nice N]
+       python benches/bench_floor.py --profile [--seconds 6] [--nice N]
 """
 
 from __future__ import annotations
@@ -530,10 +535,13 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=500, help="py-spy samples/s (--profile)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--before", help="a python/ dir to serve as the row `before`")
+    parser.add_argument("--nice", type=int, help="run at this niceness (children inherit it)")
     parser.add_argument("--serve-floor", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_floor:
         return serve_floor(args.serve_floor)
+    if args.nice is not None:
+        os.nice(args.nice - os.nice(0))
     client = args.client or ("wrk" if shutil.which("wrk") else "asyncio")
     if (client == "wrk" or args.profile) and not shutil.which("wrk"):
         sys.exit("wrk is not on PATH (apt-get install wrk), or use --client asyncio")

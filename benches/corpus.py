@@ -55,6 +55,34 @@ FORMATS = {
     "granite": {"tool_call": "granite"},
     "xlam": {"tool_call": "xlam"},
     "plamo3": {"reasoning": "plamo3", "tool_call": "plamo3"},
+    # The families the rows above leave out: the older tool-call formats (with their own
+    # reasoning), then every reasoning family alone.
+    "llama3_json": {"tool_call": "llama3_json"},
+    "mistral": {"reasoning": "mistral", "tool_call": "mistral"},
+    "pythonic": {"tool_call": "pythonic"},
+    "deepseek_v3": {"reasoning": "deepseek_r1", "tool_call": "deepseek_v3"},
+    "deepseek_v3_2": {"tool_call": "deepseek_v3_2"},
+    "deepseek_v4": {"reasoning": "deepseek_v4", "tool_call": "deepseek_v4"},
+    "glm45": {"reasoning": "glm45", "tool_call": "glm45"},
+    "glm47": {"tool_call": "glm47"},
+    "minimax_m2": {"reasoning": "minimax_m2", "tool_call": "minimax_m2"},
+    "gemma4": {"reasoning": "gemma4", "tool_call": "gemma4"},
+    "jamba": {"tool_call": "jamba"},
+    "phi4": {"tool_call": "phi4"},
+    "nemotron_deci": {"reasoning": "nemotron_deci", "tool_call": "nemotron_deci"},
+    "step3": {"reasoning": "step3", "tool_call": "step3"},
+    "default": {"tool_call": "default"},
+    "basic": {"reasoning": "basic"},
+    "qwen3": {"reasoning": "qwen3"},
+    "kimi": {"reasoning": "kimi"},
+    "kimi_k2 reasoning": {"reasoning": "kimi_k2"},
+    "granite reasoning": {"reasoning": "granite"},
+    "nemotron_v3": {"reasoning": "nemotron_v3"},
+    "minimax_append_think": {"reasoning": "minimax_append_think"},
+    "minimax_m3 reasoning": {"reasoning": "minimax_m3"},
+    "k2_horizon reasoning": {"reasoning": "k2_horizon"},
+    "ling3": {"reasoning": "ling3"},
+    "ernie45": {"reasoning": "ernie45"},
 }
 
 # Reasoning each family's output opens with (see `output_text`).
@@ -70,6 +98,25 @@ REASONING_SPANS = {
     "cohere_command": ("<|START_THINKING|>", "<|END_THINKING|>"),
     "apertus": ("<|inner_prefix|>", "<|inner_suffix|>"),
     "plamo3": ("<|plamo:begin_think:plamo|>", "<|plamo:end_think:plamo|>"),
+    "mistral": ("[THINK]", "[/THINK]"),
+    "deepseek_v3": ("<think>", "</think>"),
+    "deepseek_v4": ("<think>", "</think>"),
+    "glm45": ("<think>", "</think>"),
+    "minimax_m2": ("<think>", "</think>"),
+    "gemma4": ("<|channel>thought\n", "<channel|>"),
+    "nemotron_deci": ("<think>", "</think>"),
+    "step3": ("<think>", "</think>"),
+    "basic": ("<think>", "</think>"),
+    "qwen3": ("<think>", "</think>"),
+    "kimi": ("◁think▷", "◁/think▷"),
+    "kimi_k2 reasoning": ("<think>", "</think>"),
+    "granite reasoning": ("Here is my thought process:", "Here is my response:"),
+    "nemotron_v3": ("<think>", "</think>"),
+    "minimax_append_think": ("", ""),
+    "minimax_m3 reasoning": ("<mm:think>", "</mm:think>"),
+    "k2_horizon reasoning": ("<ifm|think>", "</ifm|think>"),
+    "ling3": ("<think>", "</think>"),
+    "ernie45": ("<think>", "</think>"),
 }
 
 
@@ -135,6 +182,37 @@ def _tagged(fmt: str, index: int) -> str | None:
         case "minicpm5":
             params = "".join(f'<param name="{k}">{v}</param>' for k, v in vals)
             return f'<function name="get_weather">{params}</function>'
+        case "glm45" | "glm47":
+            sep = "\n" if fmt == "glm45" else ""
+            params = "".join(
+                f"<arg_key>{k}</arg_key>{sep}<arg_value>{v}</arg_value>{sep}" for k, v in vals
+            )
+            return f"<tool_call>get_weather{sep}{params}</tool_call>"
+        case "minimax_m2":
+            return f'<minimax:tool_call>\n<invoke name="get_weather">\n{named}</invoke>\n</minimax:tool_call>'
+        case "deepseek_v3_2" | "deepseek_v4":
+            tag, block = "｜DSML｜", ("function_calls" if fmt == "deepseek_v3_2" else "tool_calls")
+            params = "".join(
+                f'<{tag}parameter name="{k}" string="{string(k)}">{v}</{tag}parameter>\n'
+                for k, v in vals
+            )
+            return f'<{tag}{block}>\n<{tag}invoke name="get_weather">\n{params}</{tag}invoke>\n</{tag}{block}>'
+        case "step3":
+            params = "".join(
+                f'<steptml:parameter name="{k}">{v}</steptml:parameter>' for k, v in vals
+            )
+            return (
+                "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>"
+                f'<steptml:invoke name="get_weather">{params}</steptml:invoke>'
+                "<｜tool_call_end｜><｜tool_calls_end｜>"
+            )
+        case "gemma4":
+            q = '<|"|>'
+            return (
+                f"<|tool_call>call:get_weather{{city:{q}Zürich{q},days:3,units:{q}metric{q},"
+                f"filters:{{hourly:true,fields:[{q}temp{q},{q}rain{q},{q}wind{q}],"
+                f'note:{q}a {{brace}} "quote"{q}}}}}<tool_call|>'
+            )
         case "functiongemma":
             e = "<escape>"
             return (
@@ -214,6 +292,23 @@ def call_text(fmt: str, index: int) -> str:
             return f"<|tool_call|>[{obj}]"
         case "xlam":
             return f"<tool_call>[{obj}]</tool_call>"
+        case "llama3_json":
+            return f'<|python_tag|>{{"name": "get_weather", "parameters": {args}}}'
+        case "mistral":
+            return f"[TOOL_CALLS]get_weather[ARGS]{args}"
+        case "pythonic":
+            return "[get_weather(city='Zürich', days=3, filters={'hourly': True})]"
+        case "deepseek_v3":
+            return (
+                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+                f"```json\n{args}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+            )
+        case "jamba":
+            return f"<tool_calls>[{obj}]</tool_calls>"
+        case "phi4":
+            return f"functools[{obj}]"
+        case "nemotron_deci" | "default":
+            return f"<TOOLCALL>[{obj}]</TOOLCALL>"
         case "plamo3":
             return (
                 "<|plamo:begin_tool_requests:plamo|><|plamo:begin_tool_request:plamo|>"
@@ -231,6 +326,12 @@ def call_text(fmt: str, index: int) -> str:
 def output_text(fmt: str, size: int) -> str:
     """About `size` bytes: reasoning (where the format has it), then text and calls."""
     parts: list[str] = []
+    if "tool_call" not in FORMATS[fmt]:
+        # Reasoning alone: half the output reasoning, half the answer.
+        opener, closer = REASONING_SPANS[fmt]
+        thought = PARAGRAPH * max(1, size // 2 // len(PARAGRAPH.encode()))
+        answer = PARAGRAPH * max(1, (size - len(thought.encode())) // len(PARAGRAPH.encode()))
+        return opener + thought + closer + answer
     if fmt in REASONING_SPANS:
         opener, closer = REASONING_SPANS[fmt]
         parts.append(opener + PARAGRAPH * 3 + closer)

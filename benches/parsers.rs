@@ -16,40 +16,80 @@ temperatures stay between 7 and 12 °C. 東京の天気は晴れ。 Winds are ca
 const ARGS: &str = r#"{"city": "Zürich", "days": 3, "units": "metric", "filters": {"hourly": true, "fields": ["temp", "rain", "wind"], "note": "a {brace} \"quote\""}}"#;
 const TOOLS: &str = r#"[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"},"units":{"type":"string"},"filters":{"type":"object"}}}}}]"#;
 
-const FORMATS: &[(&str, Option<&str>, &str)] = &[
-    ("hermes", None, "hermes"),
-    ("qwen3_coder", None, "qwen3_coder"),
-    ("kimi_k2", None, "kimi_k2"),
-    ("deepseek_v3_1", None, "deepseek_v3_1"),
-    ("harmony", Some("gpt_oss"), "harmony"),
-    ("deepseek_r1+hermes", Some("deepseek_r1"), "hermes"),
+const FORMATS: &[(&str, Option<&str>, Option<&str>)] = &[
+    ("hermes", None, Some("hermes")),
+    ("qwen3_coder", None, Some("qwen3_coder")),
+    ("kimi_k2", None, Some("kimi_k2")),
+    ("deepseek_v3_1", None, Some("deepseek_v3_1")),
+    ("harmony", Some("gpt_oss"), Some("harmony")),
+    ("deepseek_r1+hermes", Some("deepseek_r1"), Some("hermes")),
     // Families added for coverage: one per format, reasoning where the family has its own.
-    ("seed_oss", Some("seed_oss"), "seed_oss"),
-    ("zaya", None, "zaya"),
-    ("dots", None, "dots"),
-    ("hunyuan", Some("hunyuan"), "hunyuan"),
-    ("hy_v4", None, "hy_v4"),
-    ("iquest_q1", None, "iquest_q1"),
-    ("deepseek_v4_1", Some("deepseek_v4_1"), "deepseek_v4_1"),
-    ("gigachat35", None, "gigachat35"),
-    ("kimi_k3", Some("kimi_k3"), "kimi_k3"),
-    ("k2_horizon", None, "k2_horizon"),
-    ("minimax_m3", None, "minimax_m3"),
-    ("muse", Some("muse"), "muse"),
-    ("minicpm5", None, "minicpm5"),
-    ("longcat", None, "longcat"),
-    ("internlm", None, "internlm"),
-    ("inkling", Some("inkling"), "inkling"),
-    ("cohere_command", Some("cohere_command"), "cohere_command"),
-    ("gigachat3", None, "gigachat3"),
-    ("lfm2", None, "lfm2"),
-    ("apertus", Some("apertus"), "apertus"),
-    ("olmo3", None, "olmo3"),
-    ("functiongemma", None, "functiongemma"),
-    ("granite_20b_fc", None, "granite_20b_fc"),
-    ("granite", None, "granite"),
-    ("xlam", None, "xlam"),
-    ("plamo3", Some("plamo3"), "plamo3"),
+    ("seed_oss", Some("seed_oss"), Some("seed_oss")),
+    ("zaya", None, Some("zaya")),
+    ("dots", None, Some("dots")),
+    ("hunyuan", Some("hunyuan"), Some("hunyuan")),
+    ("hy_v4", None, Some("hy_v4")),
+    ("iquest_q1", None, Some("iquest_q1")),
+    (
+        "deepseek_v4_1",
+        Some("deepseek_v4_1"),
+        Some("deepseek_v4_1"),
+    ),
+    ("gigachat35", None, Some("gigachat35")),
+    ("kimi_k3", Some("kimi_k3"), Some("kimi_k3")),
+    ("k2_horizon", None, Some("k2_horizon")),
+    ("minimax_m3", None, Some("minimax_m3")),
+    ("muse", Some("muse"), Some("muse")),
+    ("minicpm5", None, Some("minicpm5")),
+    ("longcat", None, Some("longcat")),
+    ("internlm", None, Some("internlm")),
+    ("inkling", Some("inkling"), Some("inkling")),
+    (
+        "cohere_command",
+        Some("cohere_command"),
+        Some("cohere_command"),
+    ),
+    ("gigachat3", None, Some("gigachat3")),
+    ("lfm2", None, Some("lfm2")),
+    ("apertus", Some("apertus"), Some("apertus")),
+    ("olmo3", None, Some("olmo3")),
+    ("functiongemma", None, Some("functiongemma")),
+    ("granite_20b_fc", None, Some("granite_20b_fc")),
+    ("granite", None, Some("granite")),
+    ("xlam", None, Some("xlam")),
+    ("plamo3", Some("plamo3"), Some("plamo3")),
+    // The families the rows above leave out: the older tool-call formats (with their own
+    // reasoning), then every reasoning family alone.
+    ("llama3_json", None, Some("llama3_json")),
+    ("mistral", Some("mistral"), Some("mistral")),
+    ("pythonic", None, Some("pythonic")),
+    ("deepseek_v3", Some("deepseek_r1"), Some("deepseek_v3")),
+    ("deepseek_v3_2", None, Some("deepseek_v3_2")),
+    ("deepseek_v4", Some("deepseek_v4"), Some("deepseek_v4")),
+    ("glm45", Some("glm45"), Some("glm45")),
+    ("glm47", None, Some("glm47")),
+    ("minimax_m2", Some("minimax_m2"), Some("minimax_m2")),
+    ("gemma4", Some("gemma4"), Some("gemma4")),
+    ("jamba", None, Some("jamba")),
+    ("phi4", None, Some("phi4")),
+    (
+        "nemotron_deci",
+        Some("nemotron_deci"),
+        Some("nemotron_deci"),
+    ),
+    ("step3", Some("step3"), Some("step3")),
+    ("default", None, Some("default")),
+    ("basic", Some("basic"), None),
+    ("qwen3", Some("qwen3"), None),
+    ("kimi", Some("kimi"), None),
+    ("kimi_k2 reasoning", Some("kimi_k2"), None),
+    ("granite reasoning", Some("granite"), None),
+    ("nemotron_v3", Some("nemotron_v3"), None),
+    ("minimax_append_think", Some("minimax_append_think"), None),
+    ("minimax_m3 reasoning", Some("minimax_m3"), None),
+    ("k2_horizon reasoning", Some("k2_horizon"), None),
+    ("ling3", Some("ling3"), None),
+    ("ernie45", Some("ernie45"), None),
 ];
 
 /// The arguments as XML-style parameters write them: (key, text, is a string).
@@ -89,6 +129,29 @@ const REASONING_SPANS: &[(&str, &str, &str)] = &[
         "<|plamo:begin_think:plamo|>",
         "<|plamo:end_think:plamo|>",
     ),
+    ("mistral", "[THINK]", "[/THINK]"),
+    ("deepseek_v3", "<think>", "</think>"),
+    ("deepseek_v4", "<think>", "</think>"),
+    ("glm45", "<think>", "</think>"),
+    ("minimax_m2", "<think>", "</think>"),
+    ("gemma4", "<|channel>thought\n", "<channel|>"),
+    ("nemotron_deci", "<think>", "</think>"),
+    ("step3", "<think>", "</think>"),
+    ("basic", "<think>", "</think>"),
+    ("qwen3", "<think>", "</think>"),
+    ("kimi", "◁think▷", "◁/think▷"),
+    ("kimi_k2 reasoning", "<think>", "</think>"),
+    (
+        "granite reasoning",
+        "Here is my thought process:",
+        "Here is my response:",
+    ),
+    ("nemotron_v3", "<think>", "</think>"),
+    ("minimax_append_think", "", ""),
+    ("minimax_m3 reasoning", "<mm:think>", "</mm:think>"),
+    ("k2_horizon reasoning", "<ifm|think>", "</ifm|think>"),
+    ("ling3", "<think>", "</think>"),
+    ("ernie45", "<think>", "</think>"),
 ];
 
 /// Every parameter written by `one(key, text, is_string)`, concatenated.
@@ -208,13 +271,57 @@ units:<escape>metric<escape>,filters:{hourly:true,fields:[<escape>temp<escape>,<
 <|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>{ARGS}\
 <|plamo:end_tool_arguments:plamo|><|plamo:end_tool_request:plamo|><|plamo:end_tool_requests:plamo|>"
         ),
+        "glm45" => format!("<tool_call>get_weather\n{kv}</tool_call>"),
+        "glm47" => format!(
+            "<tool_call>get_weather{}</tool_call>",
+            params(|k, v, _| format!("<arg_key>{k}</arg_key><arg_value>{v}</arg_value>"))
+        ),
+        "minimax_m2" => format!(
+            "<minimax:tool_call>\n<invoke name=\"get_weather\">\n{named}</invoke>\n</minimax:tool_call>"
+        ),
+        "deepseek_v3_2" | "deepseek_v4" => {
+            let block = if fmt == "deepseek_v3_2" { "function_calls" } else { "tool_calls" };
+            format!(
+                "<｜DSML｜{block}>\n<｜DSML｜invoke name=\"get_weather\">\n{}</｜DSML｜invoke>\n</｜DSML｜{block}>",
+                dsml("｜DSML｜")
+            )
+        }
+        "step3" => format!(
+            "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"get_weather\">{}\
+</steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+            params(|k, v, _| format!("<steptml:parameter name=\"{k}\">{v}</steptml:parameter>"))
+        ),
+        "gemma4" => "<|tool_call>call:get_weather{city:<|\"|>Zürich<|\"|>,days:3,units:<|\"|>metric<|\"|>,\
+filters:{hourly:true,fields:[<|\"|>temp<|\"|>,<|\"|>rain<|\"|>,<|\"|>wind<|\"|>],\
+note:<|\"|>a {brace} \"quote\"<|\"|>}}<tool_call|>"
+            .to_owned(),
+        "llama3_json" => {
+            format!("<|python_tag|>{{\"name\": \"get_weather\", \"parameters\": {ARGS}}}")
+        }
+        "mistral" => format!("[TOOL_CALLS]get_weather[ARGS]{ARGS}"),
+        "pythonic" => "[get_weather(city='Zürich', days=3, filters={'hourly': True})]".to_owned(),
+        "deepseek_v3" => format!(
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n\
+```json\n{ARGS}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+        ),
+        "jamba" => format!("<tool_calls>[{obj}]</tool_calls>"),
+        "phi4" => format!("functools[{obj}]"),
+        "nemotron_deci" | "default" => format!("<TOOLCALL>[{obj}]</TOOLCALL>"),
         other => panic!("no generator for {other}"),
     }
 }
 
-fn output_text(fmt: &str, size: usize) -> String {
+fn output_text(fmt: &str, tool_call: Option<&str>, size: usize) -> String {
+    let span = REASONING_SPANS.iter().find(|(f, _, _)| *f == fmt);
+    if tool_call.is_none() {
+        // Reasoning alone: half the output reasoning, half the answer.
+        let (_, opener, closer) = span.expect("a reasoning row has its span");
+        let thought = PARAGRAPH.repeat((size / 2 / PARAGRAPH.len()).max(1));
+        let answer = PARAGRAPH.repeat(((size - thought.len().min(size)) / PARAGRAPH.len()).max(1));
+        return format!("{opener}{thought}{closer}{answer}");
+    }
     let mut text = String::new();
-    if let Some((_, opener, closer)) = REASONING_SPANS.iter().find(|(f, _, _)| *f == fmt) {
+    if let Some((_, opener, closer)) = span {
         text.push_str(opener);
         text.push_str(&PARAGRAPH.repeat(3));
         text.push_str(closer);
@@ -274,7 +381,7 @@ fn main() {
     for (fmt, reasoning, tool_call) in FORMATS {
         let options = ChatOptions {
             reasoning: reasoning.map(str::to_owned),
-            tool_call: Some((*tool_call).to_owned()),
+            tool_call: tool_call.map(str::to_owned),
             tools: tools.clone(),
             stream_arguments: true,
             in_reasoning: None,
@@ -286,7 +393,7 @@ fn main() {
         let mut per_piece = Vec::new();
         let mut per_byte = Vec::new();
         for size in [2 << 10, 32 << 10, 256 << 10] {
-            let text = output_text(fmt, size);
+            let text = output_text(fmt, *tool_call, size);
             let pieces = token_pieces(&tokenizer, &text);
             let rounds = if size > 100_000 { 9 } else { 51 };
             let ns = median_ns(rounds, || {

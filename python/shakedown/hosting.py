@@ -124,32 +124,33 @@ class _PreBoundServer(Server):
 
 
 class _BusyTracker:
-    """The RSGI app, counting the requests in flight per client address (`host:port`), so
-    the guard never sheds a connection that is serving one."""
+    """The RSGI app, keeping the scopes of the requests in flight, so the guard never sheds a
+    connection that is serving one. A scope's client address (a string granian formats on
+    each read) is read only when the guard sheds."""
 
     __slots__ = ("_app", "_call", "busy")
 
     def __init__(self, app: Any) -> None:
         self._app = app
         self._call = getattr(app, "__rsgi__", app)
-        self.busy: dict[str, int] = {}
+        self.busy: set[Any] = set()
 
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         init = getattr(self._app, "__rsgi_init__", None)
         if init is not None:
             init(loop)
 
+    def busy_clients(self) -> set[str]:
+        """The client addresses (`host:port`) of the requests in flight."""
+        return {scope.client for scope in self.busy}
+
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
-        client, busy = scope.client, self.busy
-        busy[client] = busy.get(client, 0) + 1
+        busy = self.busy
+        busy.add(scope)
         try:
             await self._call(scope, proto)
         finally:
-            left = busy[client] - 1
-            if left:
-                busy[client] = left
-            else:
-                del busy[client]
+            busy.discard(scope)
 
 
 # struct tcp_info (linux/tcp.h): eight one-byte fields, then 32-bit ones. On a listening
@@ -245,7 +246,7 @@ class _ConnectionGuard:
             if len(held) < self._limit:
                 return 0
             excess = len(held) - self._limit + max(queued, self._limit // 4)
-            busy = {_address(client) for client in self._tracker.busy}
+            busy = {_address(client) for client in self._tracker.busy_clients()}
             idle = [
                 (idle_ms, sock)
                 for idle_ms, peer, sock in held

@@ -37,6 +37,8 @@ pub struct CallSink {
     space_before_calls: SpaceBeforeCalls,
     /// Content other than whitespace since the last call (or the start).
     text_since_call: bool,
+    /// A call has begun.
+    called: bool,
     /// Content other than whitespace since the start.
     text_seen: bool,
     content: String,
@@ -81,6 +83,7 @@ impl CallSink {
             tools,
             space_before_calls,
             text_since_call: false,
+            called: false,
             text_seen: false,
             content: String::new(),
             held_space: String::new(),
@@ -139,10 +142,14 @@ impl CallSink {
                 let kept = self.held_space.strip_suffix("\n\n");
                 self.content.push_str(kept.unwrap_or(&self.held_space));
             }
+            SpaceBeforeCalls::BetweenCallsDropped if self.text_since_call || !self.called => {
+                self.content.push_str(&self.held_space);
+            }
             _ => {}
         }
         self.held_space.clear();
         self.text_since_call = false;
+        self.called = true;
         let undeclared = self.dialect.drops_undeclared_tools()
             && !self.tools.is_empty()
             && self.tools.get(name).is_none();
@@ -391,6 +398,23 @@ mod tests {
         s.drain_into(&mut out);
         assert_eq!(out.content, "Text.\n\n");
         assert_eq!(out.calls.len(), 4);
+    }
+
+    #[test]
+    fn only_blank_content_between_two_calls_is_dropped() {
+        let mut s = sink(Dialect::Sglang, SpaceBeforeCalls::BetweenCallsDropped);
+        s.content("\n");
+        call(&mut s, "f");
+        s.content("\n");
+        call(&mut s, "f");
+        s.content(" Text.\n\n");
+        call(&mut s, "f");
+        s.content("\n");
+        s.finish();
+        let mut out = Delta::default();
+        s.drain_into(&mut out);
+        assert_eq!(out.content, "\n Text.\n\n\n");
+        assert_eq!(out.calls.len(), 3);
     }
 
     #[test]

@@ -149,7 +149,7 @@ impl ChatParser {
                 spec.stream_arguments,
                 dialect,
                 spec.tool_call.map_or(SpaceBeforeCalls::Kept, |f| {
-                    dialect.space_before_calls(f.name())
+                    dialect.space_before_calls(f.name(), f.spelling())
                 }),
                 spec.tools.clone(),
             ),

@@ -125,13 +125,17 @@ impl Dialect {
         !matches!((self, family), (Dialect::Sglang, "minimax_m2"))
     }
 
-    /// What becomes of whitespace right before a tool call, for a tool-call family.
-    /// vLLM never hands out whitespace-only content beside calls, except that its
-    /// parser-engine families (Qwen3-Coder, GLM-4.5/4.7, Seed-OSS, Gemma 4, MiniMax M2)
-    /// stream the whitespace between calls once some text came first; SGLang keeps content
-    /// as written, but its DSML detectors (DeepSeek V3.2, V4, V4.1) drop the blank line
-    /// the chat template puts before the block.
-    pub fn space_before_calls(self, family: &str) -> SpaceBeforeCalls {
+    /// What becomes of whitespace right before a tool call, for a tool-call family
+    /// asked for as `spelling`. vLLM never hands out whitespace-only content beside calls,
+    /// except that its parser-engine families (Qwen3-Coder, GLM-4.5/4.7, Seed-OSS, Gemma 4,
+    /// MiniMax M2) stream the whitespace between calls once some text came first; SGLang
+    /// keeps content as written, but its DSML detectors (DeepSeek V3.2, V4, V4.1) drop the
+    /// blank line the chat template puts before the block, and its `qwen25` detector (also
+    /// `qwen`; not `hermes`) takes the whitespace between two calls as their separator.
+    pub fn space_before_calls(self, family: &str, spelling: &str) -> SpaceBeforeCalls {
+        if self == Dialect::Sglang && matches!(spelling, "qwen25" | "qwen") {
+            return SpaceBeforeCalls::BetweenCallsDropped;
+        }
         match (self, family) {
             (
                 Dialect::Vllm,
@@ -166,6 +170,8 @@ pub enum SpaceBeforeCalls {
     /// A blank line (`\n\n`) ending the content right before a call is dropped; any
     /// other whitespace stays.
     BlankLineDropped,
+    /// Whitespace-only content between two calls is dropped; any other whitespace stays.
+    BetweenCallsDropped,
 }
 
 impl fmt::Display for Dialect {
@@ -205,6 +211,17 @@ mod tests {
         let sglang = Dialect::Sglang.new_call_id();
         assert!(sglang.starts_with("call_") && sglang.len() == 29);
         assert!(sglang[5..].bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn sglangs_qwen25_spelling_reads_blank_between_calls_as_their_separator() {
+        let sglang = |spelling| Dialect::Sglang.space_before_calls("hermes", spelling);
+        assert_eq!(sglang("qwen25"), SpaceBeforeCalls::BetweenCallsDropped);
+        assert_eq!(sglang("hermes"), SpaceBeforeCalls::Kept);
+        assert_eq!(
+            Dialect::Vllm.space_before_calls("hermes", "qwen25"),
+            SpaceBeforeCalls::BlankDropped
+        );
     }
 
     #[test]

@@ -422,14 +422,22 @@ impl ReasoningFamily {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ToolCallFamily {
     info: &'static ParserInfo,
+    /// The name as the family lists it (canonical or alias) for the spelling asked for:
+    /// a server may run different code under two names of one family (SGLang's `qwen25`
+    /// and `hermes`).
+    spelling: &'static str,
 }
 
 impl ToolCallFamily {
     /// The family for any accepted spelling.
     pub fn resolve(name: &str) -> Result<Self, UnknownParser> {
-        Ok(Self {
-            info: resolve(TOOL_CALL, "tool-call", name)?,
-        })
+        let info = resolve(TOOL_CALL, "tool-call", name)?;
+        let wanted = name.trim();
+        let spelling = std::iter::once(info.name)
+            .chain(info.aliases.iter().copied())
+            .find(|n| n.eq_ignore_ascii_case(wanted))
+            .unwrap_or(info.name);
+        Ok(Self { info, spelling })
     }
 
     pub fn info(self) -> &'static ParserInfo {
@@ -438,6 +446,11 @@ impl ToolCallFamily {
 
     pub fn name(self) -> &'static str {
         self.info.name
+    }
+
+    /// The name asked for, as the family lists it.
+    pub fn spelling(self) -> &'static str {
+        self.spelling
     }
 
     /// A parser for the request's `tools` (used by schema-typed formats).
@@ -469,6 +482,14 @@ mod tests {
     fn aliases_resolve() {
         let tool_call = |name| ToolCallFamily::resolve(name).unwrap().name();
         assert_eq!(tool_call("qwen25"), "hermes");
+        assert_eq!(
+            ToolCallFamily::resolve(" QWEN25").unwrap().spelling(),
+            "qwen25"
+        );
+        assert_eq!(
+            ToolCallFamily::resolve("hermes").unwrap().spelling(),
+            "hermes"
+        );
         assert_eq!(tool_call("gpt-oss"), "harmony");
         assert_eq!(tool_call("deepseekv31"), "deepseek_v3_1");
         let deepseek = ReasoningFamily::resolve("deepseek-r1").unwrap();

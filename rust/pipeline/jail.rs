@@ -18,7 +18,7 @@ use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
 use crate::parsers::tools::harmony_whole::parse_whole as parse_whole_harmony;
-use crate::parsers::tools::json_calls::pythonic_whole::parse_whole;
+use crate::parsers::tools::json_calls::{hermes_whole, pythonic_whole};
 use crate::parsers::ToolCall;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
@@ -57,9 +57,23 @@ pub struct JailRules {
     /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
     /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
     json_after_marker: bool,
+    /// A jail a start marker opened ends at its last `]` only once text other
+    /// than whitespace follows it (live-checked, mistral: `[TOOL_CALLS][…]`
+    /// then `  ` holds on, then `é` releases the calls and `  é` after them).
+    ends_after_text_past_list: bool,
+    /// The text released beside calls keeps its trailing whitespace (mistral:
+    /// `[ARG\n\n[TOOL_CALLS][…]` says `[ARG\n\n`).
+    keeps_space_before_start: bool,
+    /// Held text without calls that holds an end marker is dropped like text
+    /// with a start marker (mistral: ` [/TOOL_CALLS]`, jailed by its `[`, goes
+    /// out as nothing, the space before it too).
+    end_marker_drops_text: bool,
     /// The jail also ends where a whole parse finds calls (families without an
     /// end marker, and `default`, whose `</TOOLCALL>` is optional).
     ends_on_calls: bool,
+    /// Held text is read by Dynamo's own hermes parse
+    /// ([`hermes_whole`](crate::parsers::tools::json_calls::hermes_whole)).
+    hermes_whole: bool,
 }
 
 impl JailRules {
@@ -75,7 +89,7 @@ impl JailRules {
                     Trigger::Json,
                 ),
                 "nemotron_deci" => (&["<TOOLCALL>"], &["</TOOLCALL>"], Trigger::Json),
-                "mistral" => (&["[TOOL_CALLS]"], &[], Trigger::Json),
+                "mistral" => (&["[TOOL_CALLS]"], &["[/TOOL_CALLS]"], Trigger::Json),
                 "llama3_json" => (&["<|python_tag|>"], &[], Trigger::Json),
                 "phi4" => (&["functools"], &[], Trigger::Json),
                 "pythonic" => (&[], &[], Trigger::Pythonic),
@@ -110,11 +124,18 @@ impl JailRules {
             ends,
             trigger,
             forced_as_auto: name == "kimi_k2",
-            content_before_start: matches!(name, "kimi_k2" | "deepseek_v3_1"),
+            content_before_start: matches!(
+                name,
+                "kimi_k2" | "deepseek_v3_1" | "mistral" | "llama3_json"
+            ),
             own_end: (name == "deepseek_v3_1")
                 .then_some(("<｜tool▁call▁begin｜>", &["<｜tool▁call▁end｜>"])),
             json_after_marker: name == "mistral",
-            ends_on_calls: ends.is_empty() || name == "default",
+            ends_after_text_past_list: name == "mistral",
+            keeps_space_before_start: name == "mistral",
+            end_marker_drops_text: name == "mistral",
+            ends_on_calls: ends.is_empty() || matches!(name, "default" | "mistral"),
+            hermes_whole: name == "hermes",
         }
     }
 
@@ -161,6 +182,33 @@ impl JailRules {
         })
     }
 
+    /// Dynamo's reading of JSON after a start marker: a piece after a marker that
+    /// opens with `{` (`[`) is read up to its last `}` (`]`), and counts once that
+    /// much is JSON (`<|python_tag|>{…}{"` reads the first object and ends).
+    fn marked_json_closes(&self, text: &str) -> bool {
+        self.starts
+            .iter()
+            .any(|m| text.split(m).skip(1).any(json_piece_parses))
+    }
+
+    /// Whether the parse of marked text without calls says the text before the
+    /// first marker: some piece around a marker reads as JSON (see
+    /// `marked_json_closes`), and that text is not blank. Otherwise the parser
+    /// says nothing and the held text is dropped.
+    fn says_text_before(&self, text: &str) -> bool {
+        self.first_start(text)
+            .is_some_and(|at| !text[..at].trim().is_empty())
+            && self
+                .starts
+                .iter()
+                .any(|m| text.split(m).any(json_piece_parses))
+    }
+
+    /// Whether held text without calls is dropped for the end marker in it.
+    fn closes_without_calls(&self, text: &str) -> bool {
+        self.end_marker_drops_text && self.ends.iter().any(|m| text.contains(m))
+    }
+
     /// The family's start heuristic (the reference's `detect_tool_call_start`).
     fn detects_start(&self, text: &str) -> bool {
         match self.trigger {
@@ -193,6 +241,11 @@ impl JailRules {
         self.starts
             .iter()
             .any(|m| text.contains(m) || prefixes(m).any(|p| text.ends_with(p)))
+    }
+
+    /// Where the first of the family's start markers begins in `text`.
+    fn first_start(&self, text: &str) -> Option<usize> {
+        self.starts.iter().filter_map(|m| text.find(m)).min()
     }
 
     /// Whether `text` holds a complete start marker.
@@ -234,6 +287,20 @@ impl JailRules {
     }
 }
 
+/// A piece of text around a start marker, read as Dynamo reads it: one that opens
+/// with `{` (`[`) is cut at its last `}` (`]`) and counts when that is JSON.
+fn json_piece_parses(piece: &str) -> bool {
+    let piece = piece.trim();
+    let close = match piece.as_bytes().first() {
+        Some(b'{') => '}',
+        Some(b'[') => ']',
+        _ => return false,
+    };
+    piece
+        .rfind(close)
+        .is_some_and(|at| serde_json::from_str::<serde_json::Value>(&piece[..=at]).is_ok())
+}
+
 /// The non-empty proper prefixes of a marker, on char boundaries.
 fn prefixes(marker: &str) -> impl Iterator<Item = &str> {
     marker
@@ -246,9 +313,11 @@ fn prefixes(marker: &str) -> impl Iterator<Item = &str> {
 #[derive(Debug, Default)]
 pub struct Released {
     /// The held text, parsed: calls (with the text around them), or, with no
-    /// calls, the held text as it was (nothing if it had a start marker).
-    pub parsed: Option<Parsed>,
-    /// Text after the end of the jail, in the same piece.
+    /// calls, the held text as it was (nothing if it had a start marker). More
+    /// than one when text after a jail's end opens and ends another.
+    pub parsed: Vec<Parsed>,
+    /// Text after the end of the jail, in the same piece, that passed the jail
+    /// again (a start marker or its prefix in it is held as in any piece).
     pub trailing: String,
     /// Text that never entered the jail.
     pub passed: String,
@@ -303,24 +372,35 @@ impl ToolJail {
         if self.jailed {
             self.held.push_str(piece);
             self.try_end(out);
-            return;
+        } else {
+            self.feed_free(piece, out, false);
         }
+    }
+
+    /// A piece while nothing is jailed. Text after a jail's end comes back here
+    /// (`after_end`): the reference matches markers in it again, so `</tool_call><`
+    /// holds its `<` for the next piece (live-checked); what passes goes to
+    /// `trailing` then.
+    fn feed_free(&mut self, piece: &str, out: &mut Released, after_end: bool) {
         let combined = std::mem::take(&mut self.partial) + piece;
+        let passed = if after_end {
+            &mut out.trailing
+        } else {
+            &mut out.passed
+        };
         if let Some((at, _)) = self.rules.find_start(&combined) {
-            out.passed.push_str(&combined[..at]);
+            passed.push_str(&combined[..at]);
             self.held = combined[at..].to_owned();
             self.jailed = true;
             self.try_end(out);
         } else if let Some(at) = self.rules.partial_suffix(&combined) {
-            out.passed.push_str(&combined[..at]);
+            passed.push_str(&combined[..at]);
             self.partial = combined[at..].to_owned();
+        } else if self.rules.detects_start(&combined) {
+            self.held = combined;
+            self.jailed = true;
         } else {
-            if self.rules.detects_start(&combined) {
-                self.held = combined;
-                self.jailed = true;
-            } else {
-                out.passed.push_str(&combined);
-            }
+            passed.push_str(&combined);
         }
     }
 
@@ -361,25 +441,40 @@ impl ToolJail {
         let end = own_end.into_iter().chain(find_end(self.rules.ends)).min();
         let end = match end {
             Some(end) => end,
+            None if self.rules.ends_after_text_past_list && self.rules.has_start(&self.held) => {
+                match self.held.rfind(']').map(|at| at + 1) {
+                    Some(end)
+                        if !self.held[end..].trim().is_empty()
+                            && !self.parse(&self.held[..end]).calls.is_empty() =>
+                    {
+                        end
+                    }
+                    _ => return,
+                }
+            }
             None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
                 && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
-                self.held.len()
+                self.list_end()
             }
             None => return,
         };
         let held = std::mem::take(&mut self.held);
         self.jailed = false;
-        out.parsed = Some(self.parse(&held[..end]));
-        let trailing = &held[end..];
-        // Harmony: text after the end that starts the jail again is held
-        // (Dynamo re-jails it; its end is looked for from the next piece on).
-        if self.rules.trigger == Trigger::Harmony && self.rules.detects_start(trailing) {
-            self.held = trailing.to_owned();
-            self.jailed = true;
-        } else {
-            out.trailing.push_str(trailing);
+        out.parsed.push(self.parse(&held[..end]));
+        if end < held.len() {
+            self.feed_free(&held[end..], out, true);
+        }
+    }
+
+    /// Where a release of calls ends: at the held list's last `]` for mistral
+    /// (the reference's end position; a `\n` after a fenced list streams on),
+    /// else with the held text.
+    fn list_end(&self) -> usize {
+        match self.held.rfind(']') {
+            Some(at) if self.rules.ends_after_text_past_list => at + 1,
+            _ => self.held.len(),
         }
     }
 
@@ -398,12 +493,14 @@ impl ToolJail {
     }
 
     /// The reference's whole parse is strict: JSON and Python lists parse only once
-    /// every bracket they opened is closed.
+    /// every bracket they opened is closed; JSON after a start marker is read as
+    /// Dynamo reads it (`{x <|python_tag|>{…}`: the JSON after the marker counts).
     fn could_be_whole(&self) -> bool {
-        matches!(
-            self.rules.trigger,
-            Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony
-        ) || brackets_closed(&self.held)
+        match (self.rules.trigger, self.rules.first_start(&self.held)) {
+            (Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony, _) => true,
+            (Trigger::Json, Some(_)) => self.rules.marked_json_closes(&self.held),
+            (_, from) => brackets_closed(&self.held[from.unwrap_or(0)..]),
+        }
     }
 
     fn parse(&self, text: &str) -> Parsed {
@@ -413,6 +510,16 @@ impl ToolJail {
         if self.rules.trigger == Trigger::Harmony {
             return parse_harmony(text);
         }
+        if self.rules.hermes_whole {
+            let parse = hermes_whole::parse_whole(text);
+            if parse.calls.is_empty() {
+                return self.no_calls(text);
+            }
+            return Parsed {
+                calls: numbered(parse.calls),
+                content: parse.content,
+            };
+        }
         // The reference trims the held text before parsing it (a string cut by the
         // end of output loses its trailing spaces before it is closed).
         let (message, _) = parse_with(text.trim_end(), &self.tools);
@@ -421,50 +528,63 @@ impl ToolJail {
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
             || (self.rules.trigger == Trigger::Json && self.rules.call_without_arguments(text))
         {
-            // Held text with a start marker and no call in it is dropped whole;
-            // but a jail its own-end marker opened keeps it whole once a family
-            // start marker follows (live-checked, deepseek_v3_1).
-            let marked = self.rules.has_start(text)
-                && !(self.rules.opened_by_own_end(text)
-                    && self.rules.starts.iter().any(|m| text.contains(m)));
-            return Parsed {
-                calls: Vec::new(),
-                content: if marked {
-                    String::new()
-                } else {
-                    text.to_owned()
-                },
-            };
+            return self.no_calls(text);
         }
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
         let content = match self.rules.find_start(text) {
-            Some((at, _)) if self.rules.content_before_start => &text[..at],
-            _ => &message.content,
+            Some((at, _)) if self.rules.keeps_space_before_start => text[..at].trim_start(),
+            Some((at, _)) if self.rules.content_before_start => text[..at].trim(),
+            _ => message.content.trim(),
         };
         Parsed {
             calls: message.tool_calls,
-            content: content.trim().to_owned(),
+            content: content.to_owned(),
         }
     }
+
+    /// Held text without a call: dropped whole when it has a start marker; but a
+    /// jail its own-end marker opened keeps it whole once a family start marker
+    /// follows (live-checked, deepseek_v3_1), and so does a JSON family's text that
+    /// holds JSON but no call, with text before the marker (the parser says that
+    /// text, and the jail then releases all it held: mistral's
+    /// `{"city":…}[TOOL_CALLS]f[ARGS]{…}`).
+    fn no_calls(&self, text: &str) -> Parsed {
+        let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
+            && !(self.rules.opened_by_own_end(text)
+                && self.rules.starts.iter().any(|m| text.contains(m)))
+            && !(self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
+        Parsed {
+            calls: Vec::new(),
+            content: if marked {
+                String::new()
+            } else {
+                text.to_owned()
+            },
+        }
+    }
+}
+
+/// Calls read as (name, arguments), numbered and given ids.
+fn numbered(calls: Vec<(String, String)>) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(index, (name, arguments))| ToolCall {
+            index,
+            id: new_call_id(),
+            name,
+            arguments,
+        })
+        .collect()
 }
 
 /// Dynamo's pythonic parser over the held text: a call list that is not valid
 /// Python loses the whole text (the reference releases an empty content).
 fn parse_pythonic(text: &str) -> Parsed {
-    match parse_whole(text) {
+    match pythonic_whole::parse_whole(text) {
         Ok(parse) if !parse.calls.is_empty() => Parsed {
-            calls: parse
-                .calls
-                .into_iter()
-                .enumerate()
-                .map(|(index, (name, arguments))| ToolCall {
-                    index,
-                    id: new_call_id(),
-                    name,
-                    arguments,
-                })
-                .collect(),
+            calls: numbered(parse.calls),
             content: parse.content,
         },
         Ok(_) => Parsed {
@@ -483,17 +603,7 @@ fn parse_pythonic(text: &str) -> Parsed {
 fn parse_harmony(text: &str) -> Parsed {
     let parse = parse_whole_harmony(text);
     Parsed {
-        calls: parse
-            .calls
-            .into_iter()
-            .enumerate()
-            .map(|(index, (name, arguments))| ToolCall {
-                index,
-                id: new_call_id(),
-                name,
-                arguments,
-            })
-            .collect(),
+        calls: numbered(parse.calls),
         content: parse.content,
     }
 }

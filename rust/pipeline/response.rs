@@ -755,7 +755,7 @@ impl ResponseState {
         count_reasoning(choice, &self.delta, tokens, answered);
         let parallel = self.plan.parallel_tool_calls;
         let mut parts: Vec<JailedPart> = Vec::with_capacity(4);
-        if let Some(parsed) = released.parsed.take() {
+        for parsed in std::mem::take(&mut released.parsed) {
             parts.push(JailedPart::parsed(
                 parsed,
                 finish,
@@ -830,8 +830,13 @@ impl ResponseState {
             let index = choice.index;
             let text_empty = part.content.as_deref().map_or(true, str::is_empty);
             // Answer text the jail swallowed, or a release of nothing (a block that
-            // closed without a call), makes no chunk: the role rides on the next.
+            // closed without a call) once the role went out, makes no chunk: the
+            // role rides on the next. A release of nothing that would be the
+            // choice's first chunk says `"content":""` with the role
+            // (live-checked: `<TOOLCALL></TOOLCALL>`, mistral's ` [/TOOL_CALLS]`).
+            let first_release = part.released && choice.first;
             if (answered || part.released)
+                && !first_release
                 && part.calls.is_empty()
                 && text_empty
                 && part.reasoning.is_none()

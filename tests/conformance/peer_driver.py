@@ -4,12 +4,16 @@ Started by tests/conformance/peers.py with the python of tools/peers_venv.sh; sp
 on stdin/stdout. One request:
 
     {"peer": "vllm" | "sglang", "reasoning": name | null, "tool": name | null,
-     "text": ..., "tools": [...], "tokens": [special tokens of the family]}
+     "text": ..., "tools": [...], "tokens": [special tokens of the family],
+     "vocab": "deepseek" (default: the test tokenizer) | "harmony" (gpt-oss's encoding)}
 
 answers {"whole": RESULT, "stream": RESULT, "deltas": [...]} where RESULT is
 {"content", "reasoning", "calls": [[name, arguments]]} or {"error": "..."}.
+`{"registries": true}` answers every parser name each peer registers
+({"vllm": {"tool": [...], "reasoning": [...]}, "sglang": {...}}).
 
-- "vllm": the parser class vLLM's `ParserManager.get_parser` composes for the two names;
+- "vllm": the parser class vLLM's `ParserManager.get_parser` composes for the two names
+  (its `HarmonyParser` for the "harmony" vocab, as for a gpt-oss checkpoint);
   whole output through `Parser.parse`, streamed through `ChatStreamProcessor.step` (the chat
   server's per-chunk code), one detokenized token per delta.
 - "sglang": `ReasoningParser` then `FunctionCallParser`, whole (`parse_non_stream`) and
@@ -102,6 +106,49 @@ class PeerTokenizer:
         return self.decode(self.convert_tokens_to_ids(tokens))
 
 
+class HarmonyTokenizer(PeerTokenizer):
+    """gpt-oss's own tokenizer: the Harmony encoding (o200k_base plus Harmony's special
+    tokens), which vLLM's Harmony parser decodes token ids with, so the ids it is given
+    must be that encoding's. Needs TIKTOKEN_ENCODINGS_BASE (tools/o200k_base.sh). Its
+    vocabulary as offered here is the special tokens only: no parser looks up a plain
+    token by text."""
+
+    def __init__(self, path: str, special: list[str]) -> None:
+        from openai_harmony import HarmonyEncodingName, load_harmony_encoding
+
+        self._enc = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+        self._vocab = {t: self._enc.encode(t, allowed_special="all")[0] for t in special}
+        self._names = {i: t for t, i in self._vocab.items()}
+        self.all_special_tokens = list(special)
+        self.all_special_ids = [self._vocab[t] for t in special]
+        self.eos_token = "<|return|>"
+        self.eos_token_id = self._enc.encode(self.eos_token, allowed_special="all")[0]
+        self.bos_token_id = self._enc.encode("<|startoftext|>", allowed_special="all")[0]
+        self.name_or_path = "openai/gpt-oss-20b"
+        self.vocab_size = len(self._vocab)
+
+    def encode(self, text: str, add_special_tokens: bool = False, **kwargs: Any) -> list[int]:
+        return list(self._enc.encode(text, allowed_special="all"))
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> str:
+        if isinstance(ids, int):
+            ids = [ids]
+        if skip_special_tokens:
+            ids = [i for i in ids if i not in self._names]
+        return str(self._enc.decode(list(ids)))
+
+    def tokenize(self, text: str, **kwargs: Any) -> list[str]:
+        return [self.decode([i]) for i in self.encode(text)]
+
+    def convert_ids_to_tokens(self, ids: Any, skip_special_tokens: bool = False) -> Any:
+        if isinstance(ids, int):
+            return self.decode([ids])
+        return [self.decode([i]) for i in ids]
+
+
+TOKENIZERS = {"deepseek": PeerTokenizer, "harmony": HarmonyTokenizer}
+
+
 def token_deltas(tok: PeerTokenizer, text: str) -> list[tuple[str, list[int]]]:
     """One delta per token, as an incremental detokenizer releases text: a token that ends
     mid-character waits for the next one."""
@@ -138,14 +185,14 @@ class Vllm:
             model="m", messages=messages, tools=tools or None, tool_choice="auto" if tools else None
         )
 
-    def parser(
-        self, tok: PeerTokenizer, reasoning: str | None, tool: str | None, request: Any
-    ) -> tuple[Any, Any]:
+    def parser(self, tok: PeerTokenizer, case: dict[str, Any], request: Any) -> tuple[Any, Any]:
         cls = self.manager.get_parser(
-            tool_parser_name=tool,
-            reasoning_parser_name=reasoning,
+            tool_parser_name=case["tool"],
+            reasoning_parser_name=case["reasoning"],
             enable_auto_tools=True,
             tokenizer=tok,
+            # What the chat server passes for a gpt-oss checkpoint (its model_type).
+            is_harmony=case.get("vocab") == "harmony",
         )
         return cls, cls(tok, request.tools, chat_template_kwargs={}, model_config=None)
 
@@ -153,7 +200,7 @@ class Vllm:
         self, tok: PeerTokenizer, case: dict[str, Any], text: str, ids: list[int]
     ) -> dict[str, Any]:
         request = self.request(case["tools"])
-        _, parser = self.parser(tok, case["reasoning"], case["tool"], request)
+        _, parser = self.parser(tok, case, request)
         reasoning, content, calls = parser.parse(
             text, request, enable_auto_tools=True, model_output_token_ids=ids
         )
@@ -163,7 +210,7 @@ class Vllm:
         self, tok: PeerTokenizer, case: dict[str, Any], deltas: list[tuple[str, list[int]]]
     ) -> dict[str, Any]:
         request = self.request(case["tools"])
-        cls, parser = self.parser(tok, case["reasoning"], case["tool"], request)
+        cls, parser = self.parser(tok, case, request)
         processor = self.stream_cls(request, parser, enable_auto_tools=True, parser_cls=cls)
         prompt = tok.encode("User: What is the weather in Paris?\nAssistant:")
         content, reasoning, calls = "", "", {}
@@ -262,6 +309,25 @@ def _unstreamed_args(detector: Any) -> str:
     return expected[len(actual) :] if expected.startswith(actual) else ""
 
 
+def registries() -> dict[str, dict[str, list[str]]]:
+    """Every tool-call and reasoning parser name each peer registers, from its own registry."""
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+
+    return {
+        "vllm": {
+            "tool": ToolParserManager.list_registered(),
+            "reasoning": ReasoningParserManager.list_registered(),
+        },
+        "sglang": {
+            "tool": sorted(FunctionCallParser.ToolCallParserEnum),
+            "reasoning": sorted(ReasoningParser.DetectorMap),
+        },
+    }
+
+
 def _guarded(fn: Any, *args: Any) -> dict[str, Any]:
     signal.alarm(CALL_SECONDS)
     try:
@@ -326,9 +392,12 @@ def main() -> int:
 
     for line in sys.stdin:
         case = json.loads(line)
-        key = tuple(case["tokens"])
+        if case.get("registries"):
+            print(json.dumps(registries()), flush=True)
+            continue
+        key = (case.get("vocab", "deepseek"), *case["tokens"])
         if key not in tokenizers:
-            tokenizers[key] = PeerTokenizer(args.tokenizer, list(key))
+            tokenizers[key] = TOKENIZERS[key[0]](args.tokenizer, list(key[1:]))
         tok = tokenizers[key]
         deltas = token_deltas(tok, case["text"])
         text = "".join(d for d, _ in deltas)

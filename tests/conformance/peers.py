@@ -30,10 +30,14 @@ from typing import Any
 
 import shakedown
 from shakedown.parity import wellformed
+from shakedown.parity.stack import HARMONY_VOCAB_VAR
 from shakedown.parity.wellformed import Family
 from shakedown.parsers import ChatParser, parse
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from parity import stack as parity_stack  # noqa: E402  (tests/parity: the checkout's tools)
+
 HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "expected.json"
 DOC = ROOT / "docs" / "parsers.md"
@@ -63,6 +67,15 @@ def peer_python() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def harmony_vocab() -> str:
+    """The directory holding the Harmony encoding's vocab (tools/o200k_base.sh), for the
+    peers' gpt-oss parsers."""
+    try:
+        return str(parity_stack.harmony_vocab())
+    except subprocess.CalledProcessError as exc:
+        raise PeersUnavailable(f"tools/o200k_base.sh failed: {exc.stderr.strip()[-600:]}") from exc
+
+
 def dialects() -> bool:
     """Whether this shakedown has parser dialects (issue 13 item 4)."""
     try:
@@ -87,6 +100,7 @@ class Driver:
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONWARNINGS": "ignore",
+            HARMONY_VOCAB_VAR: harmony_vocab(),
         }
         proc = subprocess.Popen(
             self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -131,8 +145,11 @@ class Driver:
 
 
 def ours(fam: Family, dialect: str | None, text: str, deltas: list[str] | None) -> dict[str, Any]:
-    """shakedown's answer, whole (deltas None) or fed the peer's deltas."""
-    reasoning, tool = fam.ours
+    """shakedown's answer, whole (deltas None) or fed the peer's deltas. In a peer's dialect
+    the parsers are asked for by the peer's own names (a server may run different code
+    under two names of one family: SGLang's `qwen25` and `hermes`)."""
+    peer_names = getattr(fam, dialect) if dialect in PEERS else None
+    reasoning, tool = peer_names or fam.ours
     options: dict[str, Any] = {"reasoning": reasoning, "tool_call": tool}
     if tool:
         options["tools"] = wellformed.TOOLS
@@ -212,29 +229,42 @@ class Verdicts:
         return Counter(v[mode] for v in self.cases.values())
 
 
+def self_contradiction(theirs: dict[str, Any], other: dict[str, Any], mine: dict[str, Any]) -> str:
+    """Why one mode of a peer that contradicts its other mode is its own bug ("" if it is
+    not): shakedown gives the other mode's answer; or shakedown has the other mode's calls,
+    which this mode lost or added; or this mode differs from shakedown only by whitespace
+    around content or reasoning, where it disagrees with its other mode too."""
+    if "error" in other or not difference(theirs, other):
+        return ""
+    if not difference(other, mine):
+        return "disagrees with its own"
+    if theirs["calls"] != other["calls"] and other["calls"] == mine["calls"]:
+        return "calls disagree with its own"
+    if theirs["calls"] == mine["calls"] and all(
+        theirs[f] == mine[f] or (theirs[f].strip() == mine[f].strip() and theirs[f] != other[f])
+        for f in ("content", "reasoning")
+    ):
+        return "whitespace disagrees with its own"
+    return ""
+
+
 def judge(
     peer: dict[str, Any], whole_ours: dict[str, Any], stream_ours: dict[str, Any]
 ) -> dict[str, str]:
     pw, ps = normal(peer["whole"]), normal(peer["stream"])
     verdict: dict[str, str] = {}
-    for mode, theirs, mine, other in (
-        ("whole", pw, whole_ours, ps),
-        ("stream", ps, stream_ours, pw),
+    for mode, theirs, mine, other, other_mode in (
+        ("whole", pw, whole_ours, ps, "stream"),
+        ("stream", ps, stream_ours, pw, "whole"),
     ):
         if "error" in theirs:
             verdict[mode] = "peer bug: " + theirs["error"].split(":")[0]
-        elif (
-            "error" not in other
-            and difference(theirs, other)
-            and difference(theirs, mine)
-            and not difference(other, mine)
-        ):
-            # The peer's two modes disagree and shakedown gives the other mode's answer.
-            verdict[mode] = (
-                f"peer bug: {mode} disagrees with its own {'stream' if mode == 'whole' else 'whole'}"
-            )
+        elif not (kind := difference(theirs, mine)):
+            verdict[mode] = "pass"
+        elif why := self_contradiction(theirs, other, mine):
+            verdict[mode] = f"peer bug: {mode} {why} {other_mode}"
         else:
-            verdict[mode] = difference(theirs, mine) or "pass"
+            verdict[mode] = kind
     return verdict
 
 
@@ -258,7 +288,7 @@ def run(
                     request = {
                         "peer": "sglang" if peer == "sglang" else "vllm", "reasoning": names[0],
                         "tool": names[1], "text": text, "tools": wellformed.TOOLS if names[1] else [],
-                        "tokens": list(fam.tokens),
+                        "tokens": list(fam.tokens), "vocab": fam.vocab,
                     }  # fmt: skip
                     answer = drivers["plugin" if peer == "plugin" else "peers"].ask(request)
                     deltas = answer["deltas"] or [text]

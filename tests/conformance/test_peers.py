@@ -93,7 +93,8 @@ def test_peer_bugs_are_pinned(
 
 def test_a_wrong_answer_is_caught() -> None:
     """The judge itself: a shakedown answer that differs from an agreeing peer is a difference,
-    and a peer whose stream contradicts its whole answer is the peer's bug."""
+    and a peer whose stream contradicts its whole answer is the peer's bug, where shakedown
+    sides with one of the two."""
     same = {"content": "a", "reasoning": "", "calls": [["f", '{"x": 1}']]}
     other = {"content": "a", "reasoning": "", "calls": [["f", '{"x": 2}']]}
     n = peers.normal
@@ -110,4 +111,20 @@ def test_a_wrong_answer_is_caught() -> None:
     ) == {
         "whole": "peer bug: crash",
         "stream": "pass",
+    }
+    # A stream that loses a call its whole answer has (its text leaking into content), and a
+    # whole answer that strips the content its stream keeps: both the peer's, though
+    # shakedown matches neither mode exactly.
+    ours = {"content": "a\n", "reasoning": "", "calls": [["f", "{}"], ["g", "{}"]]}
+    whole = {**ours, "content": "a"}
+    lost = {**ours, "content": 'a\n, {"name": "g"}', "calls": [["f", "{}"]]}
+    assert peers.judge({"whole": whole, "stream": lost}, n(ours), n(ours)) == {
+        "whole": "peer bug: whole whitespace disagrees with its own stream",
+        "stream": "peer bug: stream calls disagree with its own whole",
+    }
+    # A peer contradicting itself excuses nothing where shakedown has calls of its own.
+    mine = {**ours, "calls": [["f", '{"x": 1}']]}
+    assert peers.judge({"whole": whole, "stream": lost}, n(mine), n(mine)) == {
+        "whole": "calls+content-ws",
+        "stream": "calls+content",
     }

@@ -15,10 +15,11 @@ import hmac
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import orjson
+from granian._granian import RSGIHeaders as Headers
 from granian._granian import RSGIHTTPProtocol as HTTPProtocol
 from granian._granian import RSGIHTTPStreamTransport as StreamTransport
 from granian._granian import RSGIProtocolClosed as ProtocolClosed
@@ -54,6 +55,7 @@ log = logging.getLogger("shakedown.endpoint")
 
 JSON_HEADERS = [("content-type", "application/json")]
 SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+UNAUTHORIZED_HEADERS = [*JSON_HEADERS, ("www-authenticate", "Bearer")]
 
 # The reference hides engine error text from clients; the real error goes to the log.
 ENGINE_ERROR = "Internal server error"
@@ -167,7 +169,9 @@ class EndpointApp:
 
     async def __rsgi__(self, scope: Scope, proto: HTTPProtocol) -> None:
         try:
-            await self._route(scope, proto)
+            generating = self._route(scope, proto)
+            if generating is not None:
+                await generating
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -178,25 +182,28 @@ class EndpointApp:
             except Exception:
                 log.debug("could not send the 500 response")
 
-    async def _route(self, scope: Scope, proto: HTTPProtocol) -> None:
+    def _route(self, scope: Scope, proto: HTTPProtocol) -> Coroutine[Any, Any, None] | None:
+        """Answer `scope`'s request at once, or return the coroutine that generates its
+        answer (routing itself never waits: no coroutine of its own)."""
+        # Each `scope.headers` is a fresh copy of the request's header map: read it once.
+        headers = scope.headers
         if self._bearer is not None:
-            given = scope.headers.get("authorization", "").encode()
+            given = headers.get("authorization", "").encode()
             if not hmac.compare_digest(given, self._bearer):
-                headers = [*JSON_HEADERS, ("www-authenticate", "Bearer")]
-                proto.response_bytes(401, headers, self._unauthorized)
-                return
+                proto.response_bytes(401, UNAUTHORIZED_HEADERS, self._unauthorized)
+                return None
         path, method = scope.path, scope.method
         route = _ROUTES.get(path)
         if route is None:
             proto.response_bytes(404, JSON_HEADERS, route_not_found(method, path).body)
-            return
+            return None
         allowed, kind = route
         if method != allowed and not (allowed == "GET" and method == "HEAD"):
             proto.response_empty(405, [("allow", allowed)])
-            return
+            return None
         if kind in (_CHAT, _COMPLETIONS):
-            await self._generate(scope, proto, kind == _CHAT)
-        elif kind == _MODELS:
+            return self._generate(scope, headers, proto, kind == _CHAT)
+        if kind == _MODELS:
             registered = self.registry.get(self.endpoint) is not None
             body = self.pipeline.models_body() if registered else EMPTY_MODELS
             proto.response_bytes(200, JSON_HEADERS, body)
@@ -206,6 +213,7 @@ class EndpointApp:
         else:
             status = 503 if self._closing else 200
             proto.response_bytes(status, JSON_HEADERS, NOT_LIVE if self._closing else LIVE)
+        return None
 
     def _health(self) -> tuple[int, bytes]:
         if self._closing:
@@ -226,13 +234,8 @@ class EndpointApp:
             {"status": "healthy", "endpoints": endpoints, "instances": instances}
         )
 
-    async def _read_body(self, scope: Scope, proto: HTTPProtocol) -> bytes | None:
-        """The whole body, or None when it is over the limit."""
-        declared = scope.headers.get("content-length")
-        if declared is not None and declared.isdigit():
-            if int(declared) > self.body_limit:
-                return None
-            return await proto()
+    async def _read_chunks(self, proto: HTTPProtocol) -> bytes | None:
+        """The whole body of unknown length, or None when it goes over the limit."""
         chunks: list[bytes] = []
         size = 0
         async for chunk in proto:
@@ -242,11 +245,13 @@ class EndpointApp:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _generate(self, scope: Scope, proto: HTTPProtocol, chat: bool) -> None:
+    async def _generate(
+        self, scope: Scope, headers: Headers, proto: HTTPProtocol, chat: bool
+    ) -> None:
         if self._closing:
             proto.response_bytes(503, JSON_HEADERS, error_body(503, SHUTTING_DOWN))
             return
-        if not is_json_content_type(scope.headers.get("content-type")):
+        if not is_json_content_type(headers.get("content-type")):
             proto.response_bytes(415, JSON_HEADERS, unsupported_media_type().body)
             return
         loop = self._loop
@@ -258,7 +263,13 @@ class EndpointApp:
         inflight = self._inflight
         inflight.reading(task, loop)
         try:
-            body = await self._read_body(scope, proto)
+            declared = headers.get("content-length")
+            if declared is None or not declared.isdigit():
+                body = await self._read_chunks(proto)
+            elif int(declared) <= self.body_limit:
+                body = await proto()
+            else:
+                body = None  # over the limit
         except asyncio.CancelledError:
             if not inflight.timed_out(task):
                 raise
@@ -276,9 +287,11 @@ class EndpointApp:
             too_large = payload_too_large(self.body_limit // (1024 * 1024))
             proto.response_bytes(413, JSON_HEADERS, too_large.body)
             return
-        request_id = given_request_id(scope.headers.get("x-dynamo-request-id"))
-        echoed = scope.headers.get("x-request-id")
-        headers = JSON_HEADERS if echoed is None else [*JSON_HEADERS, ("x-request-id", echoed)]
+        request_id = given_request_id(headers.get("x-dynamo-request-id"))
+        echoed = headers.get("x-request-id")
+        reply_headers = (
+            JSON_HEADERS if echoed is None else [*JSON_HEADERS, ("x-request-id", echoed)]
+        )
         exchange: Exchange | CompletionBatch
         try:
             if chat:
@@ -286,28 +299,28 @@ class EndpointApp:
             else:
                 exchange = self.pipeline.completions(body, request_id)
         except RequestError as err:
-            proto.response_bytes(err.status, headers, err.body)
+            proto.response_bytes(err.status, reply_headers, err.body)
             return
         registration = self.registry.get(self.endpoint)
         if registration is None:
-            proto.response_bytes(503, headers, self._not_ready)
+            proto.response_bytes(503, reply_headers, self._not_ready)
             return
         if isinstance(exchange, CompletionBatch):
-            await self._fan_out(proto, exchange, registration, headers, echoed, task, loop)
+            await self._fan_out(proto, exchange, registration, reply_headers, echoed, task, loop)
             return
         active = Active(task, RequestContext(exchange.request_id), proto)
         inflight.add(active, loop)
         try:
             request = orjson.loads(exchange.engine_request)
             if exchange.stream:
-                sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, headers[-1]]
+                sse_headers = SSE_HEADERS if echoed is None else [*SSE_HEADERS, reply_headers[-1]]
                 await self._stream(
                     proto, sse_headers, exchange, registration, request, active, loop
                 )
             else:
                 status, body = await self._unary(exchange, registration, request, active, loop)
                 if status:
-                    proto.response_bytes(status, headers, body)
+                    proto.response_bytes(status, reply_headers, body)
         finally:
             inflight.discard(active)
 
@@ -324,7 +337,7 @@ class EndpointApp:
         items = None
         try:
             try:
-                items = await open_items(registration, request, active.context, loop)
+                items = open_items(registration, request, active.context, loop)
                 async for item in items:
                     frame = as_frame(item)
                     # Unary: only a frame that fails the request writes (its error body).
@@ -371,7 +384,7 @@ class EndpointApp:
         items = None
         try:
             try:
-                items = await open_items(registration, request, active.context, loop)
+                items = open_items(registration, request, active.context, loop)
                 async for item in items:
                     frame = as_frame(item)
                     out = exchange.feed(frame)
@@ -464,7 +477,7 @@ class EndpointApp:
             request = orjson.loads(batch.engine_requests[part])
             items: AsyncIterator[EngineItem] | None = None
             try:
-                items = await open_items(registration, request, contexts[part], loop)
+                items = open_items(registration, request, contexts[part], loop)
                 async for item in items:
                     arrived.put_nowait((part, as_frame(item)))
                 arrived.put_nowait((part, None))

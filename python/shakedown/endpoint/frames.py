@@ -19,7 +19,7 @@ import inspect
 import logging
 import sys
 import traceback
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
 import orjson
@@ -66,18 +66,29 @@ def as_frame(item: EngineItem) -> bytes:
     return item if type(item) is bytes else orjson.dumps(item)
 
 
-async def _open(
+def _local_items(
     engine: Any, request: dict[str, Any], context: RequestContext
 ) -> AsyncIterator[EngineItem]:
+    """The engine's stream: its own async iterator (no coroutine of ours in between), or
+    for an `async def generate(...)` that returns an iterator rather than being one, a
+    generator that awaits it first."""
     stream = engine(request, context)
     if hasattr(stream, "__anext__"):
         return stream  # type: ignore[no-any-return]
     if inspect.isawaitable(stream):
-        # `async def generate(...)` that returns an iterator rather than being one.
-        stream = await stream
-        if hasattr(stream, "__anext__"):
-            return stream  # type: ignore[no-any-return]
+        return _awaited_items(stream)
     raise TypeError(f"engine returned {type(stream).__name__}, not an async iterator")
+
+
+async def _awaited_items(awaitable: Awaitable[Any]) -> AsyncGenerator[EngineItem, None]:
+    stream = await awaitable
+    if not hasattr(stream, "__anext__"):
+        raise TypeError(f"engine returned {type(stream).__name__}, not an async iterator")
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        await close_items(stream)
 
 
 async def close_items(stream: AsyncIterator[EngineItem] | None) -> None:
@@ -116,7 +127,7 @@ async def _remote_frames(
     async def pump() -> None:
         stream = None
         try:
-            stream = await _open(engine, request, context)
+            stream = _local_items(engine, request, context)
             async for item in stream:
                 deliver(as_frame(item))
         except asyncio.CancelledError:
@@ -151,7 +162,7 @@ async def _remote_frames(
         pumping.cancel()  # thread-safe; a no-op once the pump has finished
 
 
-async def open_items(
+def open_items(
     registration: Registration,
     request: dict[str, Any],
     context: RequestContext,
@@ -162,5 +173,5 @@ async def open_items(
     its loop."""
     engine, loop = registration
     if loop is None or loop is here:
-        return await _open(engine, request, context)
+        return _local_items(engine, request, context)
     return _remote_frames(engine, loop, request, context, here)

@@ -271,11 +271,18 @@ class ShakedownReasoningParser(_ReasoningParserBase):  # type: ignore[misc]
         return _delta_message(delta)
 
 
+# vLLM parses a gpt-oss checkpoint's output with its own HarmonyParser, which refuses any
+# parser classes but its own gpt-oss ones: taking their names over would break gpt-oss serving.
+_LEFT_TO_VLLM = {"harmony", "gpt_oss"}
+
+
 def _known(names: Iterable[str], registry: Callable[[], dict[str, list[str]]]) -> dict[str, str]:
-    """vLLM's names that shakedown answers to, each with shakedown's canonical family."""
+    """vLLM's names that shakedown answers to (and may take over), each with shakedown's
+    canonical family."""
     aliases = {
         alias.lower(): family
         for family, names_ in registry().items()
+        if family not in _LEFT_TO_VLLM
         for alias in [family, *names_]
     }
     return {name: aliases[name.lower()] for name in names if name.lower() in aliases}

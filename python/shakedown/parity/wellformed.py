@@ -276,6 +276,33 @@ def _internlm(rng: random.Random, calls: Sequence[Call]) -> str:
     return "\n".join(body)
 
 
+HARMONY = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|call|>",
+           "<|return|>")  # fmt: skip
+
+
+def _harmony(rng: random.Random, fam: Family, long_content: int) -> str:
+    """gpt-oss's output after the prompt's `<|start|>assistant`: reasoning in the analysis
+    channel, then either the final answer or a call (`commentary to=functions.F`), which a
+    preamble (commentary with no recipient: content) may precede. `<|call|>` and `<|return|>`
+    stop generation, so there is one call at most."""
+    lead = " ".join(_sentence(rng) for _ in range(long_content))
+    messages = []
+    if long_content or rng.random() < 0.85:
+        messages.append(f"<|channel|>analysis<|message|>{_text(rng)}<|end|>")
+    if fam.ours[1] and (long_content or rng.random() < 0.65):
+        if lead or rng.random() < 0.5:
+            messages.append(f"<|channel|>commentary<|message|>{lead or _text(rng)}<|end|>")
+        c = _call(rng)
+        messages.append(
+            f"<|channel|>commentary to=functions.{c.name} <|constrain|>json<|message|>"
+            f"{_json(c.args)}<|call|>"
+        )
+    else:
+        end = rng.choice(("", "<|return|>"))
+        messages.append(f"<|channel|>final<|message|>{lead or _text(rng)}{end}")
+    return "<|start|>assistant".join(messages)
+
+
 @dataclass(frozen=True)
 class Reasoning:
     """A reasoning format: its markers, and whether output starts inside reasoning."""
@@ -306,6 +333,12 @@ class Family:
     content_before: bool = True
     content_after: bool = False
     max_calls: int = 2
+    # Writes the whole output itself, for a format whose reasoning, content and calls are
+    # framed as messages (Harmony); `render` and `reasoning` are then unused.
+    compose: Callable[[random.Random, Family, int], str] | None = None
+    # The tokenizer the peers get: the tests' DeepSeek one with `tokens` added, or the
+    # family's own ("harmony": gpt-oss's, for parsers that read token ids).
+    vocab: str = "deepseek"
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -362,6 +395,8 @@ FAMILIES: tuple[Family, ...] = (
            tokens=("<longcat_tool_call>", "</longcat_tool_call>")),
     Family("internlm", (None, "internlm"), (None, "internlm"), (None, "interns1"), _internlm,
            tokens=("<|action_start|>", "<|plugin|>", "<|action_end|>")),
+    Family("harmony", ("gpt_oss", "harmony"), ("openai_gptoss", "openai"), ("gpt-oss", "gpt-oss"),
+           compose=_harmony, tokens=HARMONY, vocab="harmony"),
     # Reasoning alone.
     Family("deepseek_r1", ("deepseek_r1", None), ("deepseek_r1", None), ("deepseek-r1", None),
            reasoning=THINK_INSIDE, tokens=("<think>", "</think>")),
@@ -374,6 +409,8 @@ FAMILIES: tuple[Family, ...] = (
            reasoning=Reasoning("[THINK]", "[/THINK]"), tokens=("[THINK]", "[/THINK]", "[TOOL_CALLS]")),
     Family("granite", ("granite", None), ("granite", None), None,
            reasoning=Reasoning("Here is my thought process:", "Here is my response:")),
+    Family("gpt_oss", ("gpt_oss", None), ("openai_gptoss", None), ("gpt-oss", None),
+           compose=_harmony, tokens=HARMONY, vocab="harmony"),
     Family("minimax_append_think", ("minimax_append_think", None), ("minimax_m2_append_think", None),
            ("minimax-append-think", None), reasoning=THINK_INSIDE, tokens=("<think>", "</think>")),
 )  # fmt: skip
@@ -390,6 +427,8 @@ def generate(fam: Family, seed: int, *, long_content: int = 0) -> str:
     """One well-formed output of `fam`, named by `seed`; `long_content` sentences of content
     lead it (for timing)."""
     rng = random.Random(f"{fam.name}:{seed}")
+    if fam.compose is not None:
+        return fam.compose(rng, fam, long_content)
     if long_content:
         lead = " ".join(_sentence(rng) for _ in range(long_content))
         tail = fam.render(rng, [_call(rng), _call(rng)]) if fam.render else ""

@@ -49,7 +49,7 @@ fn calls_in(json: &str) -> Option<Vec<(String, &str)>> {
 
 /// `text` cut off inside a JSON value, closed: an open string ended, open lists and
 /// objects closed innermost first.
-fn closed(text: &str) -> String {
+pub(super) fn closed(text: &str) -> String {
     let mut stack = Vec::new();
     let (mut in_string, mut escape) = (false, false);
     for b in text.bytes() {

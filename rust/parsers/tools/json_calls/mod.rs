@@ -25,6 +25,7 @@
 //!   markup, not content.
 
 mod family;
+pub mod hermes_whole;
 mod in_content;
 mod named;
 mod objects;

@@ -1,0 +1,161 @@
+//! Dynamo 1.6.1's hermes parser over a whole text, as its tool jail runs it
+//! (measured against its frontend; only the pipeline's reference mode uses it):
+//!
+//! - with `<tool_call>` in the text, the content is the text before the first one;
+//!   each block runs from a `<tool_call>` to the next `</tool_call>`, even one
+//!   inside a JSON string (`{"tz": "a</tool_call>` is then a broken block); one
+//!   block is read as it is, several as the JSON list of them;
+//! - no block closed: the text after the first `<tool_call>`, when it starts like
+//!   JSON, is read, and if it does not parse, read again closed (open string,
+//!   lists and objects: `{"tz":"P` → `{"tz":"P"}`);
+//! - no `<tool_call>`: the JSON from the first `{` or `[` to the end, closed too;
+//! - a call is an object with a string `name`; its arguments are `parameters`,
+//!   else `arguments`, as written (any JSON: `null`, `"x"`), else `{}`; in a list,
+//!   elements that are not calls are skipped. JSON must be strict, whole.
+
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
+
+use super::in_content::closed;
+
+const START: &str = "<tool_call>";
+const END: &str = "</tool_call>";
+
+/// A whole parse: the calls (name, JSON arguments) and the content beside them.
+pub struct WholeParse {
+    pub calls: Vec<(String, String)>,
+    pub content: String,
+}
+
+/// Parse `text` as Dynamo's hermes parser does (no calls: an empty list).
+pub fn parse_whole(text: &str) -> WholeParse {
+    let text = text.trim();
+    let (content, json, closable) = match text.find(START) {
+        Some(at) => {
+            let blocks = blocks(&text[at..]);
+            let content = text[..at].trim();
+            match blocks.as_slice() {
+                [] => (content, text[at + START.len()..].trim().to_owned(), true),
+                [one] => (content, (*one).to_owned(), false),
+                many => (content, format!("[{}]", many.join(",")), false),
+            }
+        }
+        None => match text.find(['{', '[']) {
+            Some(at) => (text[..at].trim(), text[at..].to_owned(), true),
+            None => (text, String::new(), false),
+        },
+    };
+    let calls = if closable && !json.starts_with(['{', '[']) {
+        Vec::new()
+    } else {
+        calls_in(&json)
+            .or_else(|| closable.then(|| calls_in(&closed(&json))).flatten())
+            .unwrap_or_default()
+    };
+    WholeParse {
+        calls,
+        content: content.to_owned(),
+    }
+}
+
+/// The trimmed insides of the closed blocks, each to the first end tag after it.
+fn blocks(mut text: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    while let Some(at) = text.find(START) {
+        let inner = &text[at + START.len()..];
+        let Some(end) = inner.find(END) else { break };
+        found.push(inner[..end].trim());
+        text = &inner[end + END.len()..];
+    }
+    found
+}
+
+/// The calls in a JSON value: one call object, or a list (its non-calls skipped).
+fn calls_in(json: &str) -> Option<Vec<(String, String)>> {
+    if let Some(call) = call(json) {
+        return Some(vec![call]);
+    }
+    let items: Vec<&RawValue> = serde_json::from_str(json).ok()?;
+    Some(
+        items
+            .into_iter()
+            .filter_map(|item| call(item.get()))
+            .collect(),
+    )
+}
+
+fn call(json: &str) -> Option<(String, String)> {
+    let members: BTreeMap<String, &RawValue> = serde_json::from_str(json).ok()?;
+    let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
+    let arguments = members
+        .get("parameters")
+        .or_else(|| members.get("arguments"))
+        .map_or("{}", |raw| raw.get());
+    Some((name, arguments.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calls(text: &str) -> Vec<(String, String)> {
+        parse_whole(text).calls
+    }
+
+    fn one(name: &str, args: &str) -> Vec<(String, String)> {
+        vec![(name.to_owned(), args.to_owned())]
+    }
+
+    #[test]
+    fn an_end_tag_inside_a_string_breaks_the_block() {
+        assert!(
+            calls(r#"<tool_call>{"name":"f","arguments":{"a":"x</tool_call>"}}</tool_call>"#)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_unclosed_block_is_closed() {
+        assert_eq!(
+            calls(r#"<tool_call>{"name":"f","arguments":{"a":"P "#),
+            one("f", r#"{"a":"P"}"#)
+        );
+        assert_eq!(calls(r#"<tool_call>{"name":""#), one("", "{}"));
+        assert!(calls(r#"<tool_call>{"name":"f","arguments":{},"#).is_empty());
+        assert!(calls("<tool_call>hello").is_empty());
+    }
+
+    #[test]
+    fn arguments_are_kept_as_written() {
+        assert_eq!(
+            calls(r#"<tool_call>{"name":"f","arguments":null}</tool_call>"#),
+            one("f", "null")
+        );
+        assert_eq!(
+            calls(r#"<tool_call>{"name":"f"}</tool_call>"#),
+            one("f", "{}")
+        );
+        assert_eq!(
+            calls(
+                r#"<tool_call>{"name":"f","arguments":{"a": 1},"parameters":{"b": 2}}</tool_call>"#
+            ),
+            one("f", r#"{"b": 2}"#)
+        );
+        assert!(calls(r#"<tool_call>{"name":1,"arguments":{}}</tool_call>"#).is_empty());
+    }
+
+    #[test]
+    fn list_elements_that_are_not_calls_are_skipped() {
+        let parsed =
+            calls(r#"<tool_call>[{"name":"f","arguments":{}}, 3, {"name":"g"}]</tool_call>"#);
+        assert_eq!(parsed, [one("f", "{}"), one("g", "{}")].concat());
+    }
+
+    #[test]
+    fn content_is_the_text_before_the_first_block() {
+        let parse = parse_whole(r#" hi <tool_call>{"name":"f"}</tool_call> x "#);
+        assert_eq!(parse.content, "hi");
+        assert_eq!(parse.calls, one("f", "{}"));
+    }
+}
