@@ -355,6 +355,13 @@ impl ToolJail {
         }
     }
 
+    /// Dynamo's jail sees no frame but the last whose content the harmony
+    /// reasoning parser emptied (live-checked: a `<|call|>` held before such
+    /// frames is released only by the last one, with the finish reason).
+    pub fn skips_emptied_frames(&self) -> bool {
+        self.rules.trigger == Trigger::Harmony
+    }
+
     /// Text is held, jailed or as a marker prefix (a finish reason waits for it).
     pub fn is_holding(&self) -> bool {
         self.jailed || !self.partial.is_empty()
@@ -362,12 +369,6 @@ impl ToolJail {
 
     /// Take one piece of content.
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
-        // Dynamo's jail sees no frame whose content the harmony reasoning parser
-        // emptied (live-checked: a `<|call|>` held before such frames is released
-        // only with the finish reason).
-        if piece.is_empty() && self.rules.trigger == Trigger::Harmony {
-            return;
-        }
         if self.jailed {
             self.held.push_str(piece);
             self.try_end(out);
@@ -408,6 +409,12 @@ impl ToolJail {
         let partial = std::mem::take(&mut self.partial);
         let held = if std::mem::take(&mut self.jailed) {
             std::mem::take(&mut self.held)
+        } else if self.rules.trigger == Trigger::Harmony && !partial.is_empty() {
+            // Harmony: a marker prefix held at the end goes out as written.
+            return Some(Parsed {
+                calls: Vec::new(),
+                content: partial,
+            });
         } else {
             partial
         };
@@ -601,17 +608,7 @@ fn parse_pythonic(text: &str) -> Parsed {
 fn parse_harmony(text: &str) -> Parsed {
     let parse = parse_whole_harmony(text);
     Parsed {
-        calls: parse
-            .calls
-            .into_iter()
-            .enumerate()
-            .map(|(index, (name, arguments))| ToolCall {
-                index,
-                id: new_call_id(),
-                name,
-                arguments,
-            })
-            .collect(),
+        calls: numbered(parse.calls),
         content: parse.content,
     }
 }

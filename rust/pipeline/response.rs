@@ -17,6 +17,7 @@ use super::jail::{JailRules, Parsed, Released, ToolJail};
 use super::logprobs::{self, TokenLogprob};
 use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
+use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::tools::harmony_whole;
 use crate::parsers::{CallDelta, ChatParser, Delta};
@@ -208,9 +209,25 @@ impl ResponseState {
             return; // the batch writes the usage, [DONE], or the merged body
         }
         if !self.plan.stream && self.plan.unary_harmony_cleanup {
+            // Dynamo's unary aggregator drops, on a `length` finish, a last call
+            // whose arguments are not JSON (live-checked with harmony).
+            for choice in &mut self.choices {
+                let cut = choice.calls.last().is_some_and(|call| {
+                    serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments).is_err()
+                });
+                if choice.finish_reason == Some("length") && cut {
+                    choice.calls.pop();
+                }
+            }
+        }
+        if !self.plan.stream
+            && self.plan.unary_harmony_cleanup
+            && !self.plan.tool_choice.forces_calls()
+        {
             // Dynamo's unary aggregator re-reads a harmony answer that holds
             // `<|channel|>`: its cleaned content replaces the text (its calls are
-            // not kept, live-checked without tools and with `tool_choice: none`).
+            // not kept, live-checked without tools and with `tool_choice: none`;
+            // a forced tool choice keeps the text).
             for choice in &mut self.choices {
                 if choice.calls.is_empty() && choice.content.contains("<|channel|>") {
                     choice.content = harmony_whole::parse_whole(&choice.content).content;
@@ -469,22 +486,37 @@ impl ResponseState {
             if ending && choice.guided.is_some() {
                 // The held answer is parsed whole by the tool-call parser, if any.
                 if let Some(spec) = self.plan.parsers.as_ref().filter(|s| s.tool_call.is_some()) {
-                    let tools = ChatParserSpec {
-                        reasoning: None,
-                        stream_arguments: false,
-                        ..spec.clone()
+                    choice.held_calls = if spec.tool_call.is_some_and(|f| f.name() == "harmony") {
+                        // Dynamo's harmony parser reads the held answer whole.
+                        harmony_whole::parse_whole(&choice.jailed)
+                            .calls
+                            .into_iter()
+                            .enumerate()
+                            .map(|(index, (name, arguments))| CallDelta {
+                                index,
+                                id: Some(new_call_id()),
+                                name: Some(name),
+                                arguments,
+                            })
+                            .collect()
+                    } else {
+                        let tools = ChatParserSpec {
+                            reasoning: None,
+                            stream_arguments: false,
+                            ..spec.clone()
+                        };
+                        let (message, _) = parse_with(&choice.jailed, &tools);
+                        message
+                            .tool_calls
+                            .into_iter()
+                            .map(|call| CallDelta {
+                                index: call.index,
+                                id: Some(call.id),
+                                name: Some(call.name),
+                                arguments: call.arguments,
+                            })
+                            .collect()
                     };
-                    let (message, _) = parse_with(&choice.jailed, &tools);
-                    choice.held_calls = message
-                        .tool_calls
-                        .into_iter()
-                        .map(|call| CallDelta {
-                            index: call.index,
-                            id: Some(call.id),
-                            name: Some(call.name),
-                            arguments: call.arguments,
-                        })
-                        .collect();
                 }
             }
             if ending {
@@ -492,6 +524,12 @@ impl ResponseState {
                 let mut calls = std::mem::take(&mut choice.held_calls);
                 if let ToolChoiceMode::Named(name) = &self.plan.tool_choice {
                     calls.retain(|c| c.name.as_deref() == Some(name.as_str()));
+                    if self.plan.unary_harmony_cleanup {
+                        // Harmony's kept calls are numbered from 0 (live-checked).
+                        for (index, call) in calls.iter_mut().enumerate() {
+                            call.index = index;
+                        }
+                    }
                 }
                 let jailed = std::mem::take(&mut choice.jailed);
                 if !calls.is_empty() {
@@ -707,7 +745,10 @@ impl ResponseState {
         let choice = &mut self.choices[slot];
         let jail = choice.jail.as_mut().expect("a jailed choice");
         let mut released = Released::default();
-        jail.feed(&self.delta.content, &mut released);
+        let harmony = jail.skips_emptied_frames();
+        if ending || !self.delta.content.is_empty() || !harmony {
+            jail.feed(&self.delta.content, &mut released);
+        }
         let held = jail.is_holding();
         // The output ended with text held: the reference releases it after the piece.
         let finalized = if ending { jail.finish() } else { None };
@@ -732,7 +773,13 @@ impl ResponseState {
         let passed = std::mem::take(&mut released.passed);
         // The piece's own chunk: text that passed, its reasoning, or (nothing held,
         // nothing released) the bare finish reason.
-        if !passed.is_empty() || !reasoning.is_empty() || (parts.is_empty() && !held) {
+        // Harmony: calls the last frame released leave the finish reason its own chunk.
+        let finish_alone = harmony && ending && parts.iter().all(|p| p.finish.is_none());
+        if !passed.is_empty()
+            || !reasoning.is_empty()
+            || (parts.is_empty() && !held)
+            || (finish_alone && finalized.is_none())
+        {
             parts.push(JailedPart {
                 content: (!passed.is_empty()).then_some(passed),
                 calls: Vec::new(),
