@@ -17,6 +17,7 @@
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
+use crate::parsers::tools::harmony_whole::parse_whole as parse_whole_harmony;
 use crate::parsers::tools::json_calls::{hermes_whole, kimi_whole, pythonic_whole};
 use crate::parsers::ToolCall;
 
@@ -33,6 +34,10 @@ enum Trigger {
     TrimmedMarker,
     /// Pythonic: any `[`.
     Pythonic,
+    /// Harmony: as `Marker`, or a `<|channel|>` or `<|call|>` anywhere
+    /// (live-checked: the whole piece is held, and the jail's end is looked for
+    /// from the next piece on).
+    Harmony,
 }
 
 /// One family's jail: its start and end markers and its start heuristic.
@@ -52,6 +57,17 @@ pub struct JailRules {
     /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
     /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
     json_after_marker: bool,
+    /// A jail a start marker opened ends at its last `]` only once text other
+    /// than whitespace follows it (live-checked, mistral: `[TOOL_CALLS][…]`
+    /// then `  ` holds on, then `é` releases the calls and `  é` after them).
+    ends_after_text_past_list: bool,
+    /// The text released beside calls keeps its trailing whitespace (mistral:
+    /// `[ARG\n\n[TOOL_CALLS][…]` says `[ARG\n\n`).
+    keeps_space_before_start: bool,
+    /// Held text without calls that holds an end marker is dropped like text
+    /// with a start marker (mistral: ` [/TOOL_CALLS]`, jailed by its `[`, goes
+    /// out as nothing, the space before it too).
+    end_marker_drops_text: bool,
     /// The jail also ends where a whole parse finds calls (families without an
     /// end marker, and `default`, whose `</TOOLCALL>` is optional).
     ends_on_calls: bool,
@@ -84,7 +100,7 @@ impl JailRules {
                     Trigger::Json,
                 ),
                 "nemotron_deci" => (&["<TOOLCALL>"], &["</TOOLCALL>"], Trigger::Json),
-                "mistral" => (&["[TOOL_CALLS]"], &[], Trigger::Json),
+                "mistral" => (&["[TOOL_CALLS]"], &["[/TOOL_CALLS]"], Trigger::Json),
                 "llama3_json" => (&["<|python_tag|>"], &[], Trigger::Json),
                 "phi4" => (&["functools"], &[], Trigger::Json),
                 "pythonic" => (&[], &[], Trigger::Pythonic),
@@ -105,7 +121,7 @@ impl JailRules {
                         "<|channel|>commentary",
                     ],
                     &["<|call|>"],
-                    Trigger::Marker,
+                    Trigger::Harmony,
                 ),
                 "deepseek_v3" => (
                     &["<｜tool▁calls▁begin｜>"],
@@ -124,11 +140,17 @@ impl JailRules {
             ends,
             trigger,
             forced_as_auto: name == "kimi_k2",
-            content_before_start: matches!(name, "kimi_k2" | "deepseek_v3_1" | "qwen3_coder"),
+            content_before_start: matches!(
+                name,
+                "kimi_k2" | "deepseek_v3_1" | "mistral" | "llama3_json" | "qwen3_coder"
+            ),
             own_end: (name == "deepseek_v3_1")
                 .then_some(("<｜tool▁call▁begin｜>", &["<｜tool▁call▁end｜>"])),
             json_after_marker: name == "mistral",
-            ends_on_calls: ends.is_empty() || name == "default",
+            ends_after_text_past_list: name == "mistral",
+            keeps_space_before_start: name == "mistral",
+            end_marker_drops_text: name == "mistral",
+            ends_on_calls: ends.is_empty() || matches!(name, "default" | "mistral"),
             hermes_whole: name == "hermes",
             kimi_whole: name == "kimi_k2",
             unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
@@ -179,6 +201,33 @@ impl JailRules {
         })
     }
 
+    /// Dynamo's reading of JSON after a start marker: a piece after a marker that
+    /// opens with `{` (`[`) is read up to its last `}` (`]`), and counts once that
+    /// much is JSON (`<|python_tag|>{…}{"` reads the first object and ends).
+    fn marked_json_closes(&self, text: &str) -> bool {
+        self.starts
+            .iter()
+            .any(|m| text.split(m).skip(1).any(json_piece_parses))
+    }
+
+    /// Whether the parse of marked text without calls says the text before the
+    /// first marker: some piece around a marker reads as JSON (see
+    /// `marked_json_closes`), and that text is not blank. Otherwise the parser
+    /// says nothing and the held text is dropped.
+    fn says_text_before(&self, text: &str) -> bool {
+        self.first_start(text)
+            .is_some_and(|at| !text[..at].trim().is_empty())
+            && self
+                .starts
+                .iter()
+                .any(|m| text.split(m).any(json_piece_parses))
+    }
+
+    /// Whether held text without calls is dropped for the end marker in it.
+    fn closes_without_calls(&self, text: &str) -> bool {
+        self.end_marker_drops_text && self.ends.iter().any(|m| text.contains(m))
+    }
+
     /// The family's start heuristic (the reference's `detect_tool_call_start`).
     fn detects_start(&self, text: &str) -> bool {
         match self.trigger {
@@ -196,6 +245,11 @@ impl JailRules {
                         }))
             }
             Trigger::Marker => self.marker_or_prefix_ends(text),
+            Trigger::Harmony => {
+                self.marker_or_prefix_ends(text)
+                    || text.contains("<|channel|>")
+                    || text.contains("<|call|>")
+            }
             Trigger::TrimmedMarker => self.marker_or_prefix_ends(text.trim()),
             Trigger::Pythonic => text.trim().contains('['),
         }
@@ -206,6 +260,11 @@ impl JailRules {
         self.starts
             .iter()
             .any(|m| text.contains(m) || prefixes(m).any(|p| text.ends_with(p)))
+    }
+
+    /// Where the first of the family's start markers begins in `text`.
+    fn first_start(&self, text: &str) -> Option<usize> {
+        self.starts.iter().filter_map(|m| text.find(m)).min()
     }
 
     /// Whether `text` holds a complete start marker.
@@ -252,6 +311,20 @@ impl JailRules {
                 .any(|m| m.len() > tail.len() && m.starts_with(tail))
         })
     }
+}
+
+/// A piece of text around a start marker, read as Dynamo reads it: one that opens
+/// with `{` (`[`) is cut at its last `}` (`]`) and counts when that is JSON.
+fn json_piece_parses(piece: &str) -> bool {
+    let piece = piece.trim();
+    let close = match piece.as_bytes().first() {
+        Some(b'{') => '}',
+        Some(b'[') => ']',
+        _ => return false,
+    };
+    piece
+        .rfind(close)
+        .is_some_and(|at| serde_json::from_str::<serde_json::Value>(&piece[..=at]).is_ok())
 }
 
 /// The non-empty proper prefixes of a marker, on char boundaries.
@@ -315,6 +388,12 @@ impl ToolJail {
 
     /// Take one piece of content.
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
+        // Dynamo's jail sees no frame whose content the harmony reasoning parser
+        // emptied (live-checked: a `<|call|>` held before such frames is released
+        // only with the finish reason).
+        if piece.is_empty() && self.rules.trigger == Trigger::Harmony {
+            return;
+        }
         if self.jailed {
             self.held.push_str(piece);
             self.try_end(out);
@@ -386,11 +465,22 @@ impl ToolJail {
         let end = own_end.into_iter().chain(find_end(self.rules.ends)).min();
         let end = match end {
             Some(end) => end,
+            None if self.rules.ends_after_text_past_list && self.rules.has_start(&self.held) => {
+                match self.held.rfind(']').map(|at| at + 1) {
+                    Some(end)
+                        if !self.held[end..].trim().is_empty()
+                            && !self.parse(&self.held[..end]).calls.is_empty() =>
+                    {
+                        end
+                    }
+                    _ => return,
+                }
+            }
             None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
                 && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
-                self.held.len()
+                self.list_end()
             }
             None => return,
         };
@@ -399,6 +489,16 @@ impl ToolJail {
         out.parsed.push(self.parse(&held[..end]));
         if end < held.len() {
             self.feed_free(&held[end..], out, true);
+        }
+    }
+
+    /// Where a release of calls ends: at the held list's last `]` for mistral
+    /// (the reference's end position; a `\n` after a fenced list streams on),
+    /// else with the held text.
+    fn list_end(&self) -> usize {
+        match self.held.rfind(']') {
+            Some(at) if self.rules.ends_after_text_past_list => at + 1,
+            _ => self.held.len(),
         }
     }
 
@@ -417,10 +517,19 @@ impl ToolJail {
     }
 
     /// The reference's whole parse is strict: JSON and Python lists parse only once
-    /// every bracket they opened is closed.
+    /// every bracket they opened is closed; JSON after a start marker is read as
+    /// Dynamo reads it (`{x <|python_tag|>{…}`: the JSON after the marker counts).
     fn could_be_whole(&self) -> bool {
-        matches!(self.rules.trigger, Trigger::Marker | Trigger::TrimmedMarker)
-            || brackets_closed(&self.held)
+        match (self.rules.trigger, self.rules.first_start(&self.held)) {
+            // Dynamo's pythonic parser finds the first whole call list in the
+            // text: `[f()][g(` reads `[f()]` and ends the jail.
+            (
+                Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony | Trigger::Pythonic,
+                _,
+            ) => true,
+            (Trigger::Json, Some(_)) => self.rules.marked_json_closes(&self.held),
+            (_, from) => brackets_closed(&self.held[from.unwrap_or(0)..]),
+        }
     }
 
     fn parse(&self, text: &str) -> Parsed {
@@ -429,6 +538,9 @@ impl ToolJail {
         }
         if self.rules.kimi_whole {
             return self.parse_kimi(text);
+        }
+        if self.rules.trigger == Trigger::Harmony {
+            return parse_harmony(text);
         }
         if self.rules.hermes_whole {
             let parse = hermes_whole::parse_whole(text);
@@ -465,12 +577,13 @@ impl ToolJail {
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
         let content = match self.rules.content_start(text) {
-            Some(at) if self.rules.content_before_start => &text[..at],
-            _ => &message.content,
+            Some(at) if self.rules.keeps_space_before_start => text[..at].trim_start(),
+            Some(at) if self.rules.content_before_start => text[..at].trim(),
+            _ => message.content.trim(),
         };
         Parsed {
             calls: message.tool_calls,
-            content: content.trim().to_owned(),
+            content: content.to_owned(),
         }
     }
 
@@ -502,16 +615,20 @@ impl ToolJail {
 
     /// Held text without a call: dropped whole when it has a start marker; but a
     /// jail its own-end marker opened keeps it whole once a family start marker
-    /// follows (live-checked, deepseek_v3_1), and so does an unclosed block the
-    /// family reads as text (`unclosed_kept_without`).
+    /// follows (live-checked, deepseek_v3_1); so does an unclosed block the family
+    /// reads as text (`unclosed_kept_without`), and a JSON family's text that
+    /// holds JSON but no call, with text before the marker (the parser says that
+    /// text, and the jail then releases all it held: mistral's
+    /// `{"city":…}[TOOL_CALLS]f[ARGS]{…}`).
     fn no_calls(&self, text: &str) -> Parsed {
         let read_as_text = self.rules.unclosed_kept_without.is_some_and(|inner| {
             !text.contains(inner) && !self.rules.ends.iter().any(|end| text.contains(end))
         });
-        let marked = self.rules.has_start(text)
+        let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
             && !read_as_text
             && !(self.rules.opened_by_own_end(text)
-                && self.rules.starts.iter().any(|m| text.contains(m)));
+                && self.rules.starts.iter().any(|m| text.contains(m)))
+            && !(self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
         Parsed {
             calls: Vec::new(),
             content: if marked {
@@ -553,6 +670,26 @@ fn parse_pythonic(text: &str) -> Parsed {
             calls: Vec::new(),
             content: String::new(),
         },
+    }
+}
+
+/// Dynamo's harmony parser over the held text: its calls, and its content (the
+/// cleaned text when nothing parsed as Harmony messages).
+fn parse_harmony(text: &str) -> Parsed {
+    let parse = parse_whole_harmony(text);
+    Parsed {
+        calls: parse
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, (name, arguments))| ToolCall {
+                index,
+                id: new_call_id(),
+                name,
+                arguments,
+            })
+            .collect(),
+        content: parse.content,
     }
 }
 

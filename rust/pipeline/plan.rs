@@ -38,6 +38,10 @@ pub struct ResponsePlan {
     pub tool_choice: ToolChoiceMode,
     /// `parallel_tool_calls: false` keeps only the first call.
     pub parallel_tool_calls: bool,
+    /// Dynamo's unary aggregator re-reads a chat answer holding `<|channel|>`
+    /// with the worker's harmony tool parser, tools in the request or not
+    /// (its dialect only; see `parsers::tools::harmony_whole`).
+    pub unary_harmony_cleanup: bool,
     /// One prompt of several in `/v1/completions`: its choices are numbered from here
     /// (`I × n`), and the batch, not this part, closes the response.
     pub batch_part: Option<u32>,

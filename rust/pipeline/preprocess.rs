@@ -63,6 +63,7 @@ struct ReplyFields<'a> {
     parsers: Option<ChatParserSpec>,
     tool_choice: ToolChoiceMode,
     parallel_tool_calls: bool,
+    unary_harmony_cleanup: bool,
 }
 
 fn now_secs() -> u64 {
@@ -246,6 +247,11 @@ impl Preprocessor {
                 .then_some(parsers),
             tool_choice,
             parallel_tool_calls: f.parallel_tool_calls != Some(false),
+            unary_harmony_cleanup: self.card.parser_dialect == Dialect::Dynamo
+                && self
+                    .card
+                    .tool_call_parser
+                    .is_some_and(|f| f.name() == "harmony"),
         };
         let engine = EngineFields {
             max_tokens: f.max_completion_tokens.or(f.max_tokens),
@@ -348,6 +354,7 @@ impl Preprocessor {
             parsers: None,
             tool_choice: ToolChoiceMode::None,
             parallel_tool_calls: true,
+            unary_harmony_cleanup: false,
         };
         let engine = EngineFields {
             max_tokens,
@@ -439,6 +446,7 @@ impl Preprocessor {
             parsers: reply.parsers,
             tool_choice: reply.tool_choice,
             parallel_tool_calls: reply.parallel_tool_calls,
+            unary_harmony_cleanup: reply.unary_harmony_cleanup,
             annotation_events: annotation_events(&annotations, request_id, prompt, token_ids),
             batch_part: None,
         };

@@ -19,6 +19,7 @@ use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::is_valid;
+use crate::parsers::tools::harmony_whole;
 use crate::parsers::{CallDelta, ChatParser, Delta};
 
 /// The message Dynamo shows for any engine failure (the engine's own text stays inside).
@@ -221,6 +222,16 @@ impl ResponseState {
         self.usage.reasoning_tokens = self.reasoning_tokens();
         if self.plan.batch_part.is_some() {
             return; // the batch writes the usage, [DONE], or the merged body
+        }
+        if !self.plan.stream && self.plan.unary_harmony_cleanup {
+            // Dynamo's unary aggregator re-reads a harmony answer that holds
+            // `<|channel|>`: its cleaned content replaces the text (its calls are
+            // not kept, live-checked without tools and with `tool_choice: none`).
+            for choice in &mut self.choices {
+                if choice.calls.is_empty() && choice.content.contains("<|channel|>") {
+                    choice.content = harmony_whole::parse_whole(&choice.content).content;
+                }
+            }
         }
         let env = self.envelope();
         if self.plan.stream {
@@ -815,8 +826,13 @@ impl ResponseState {
             let index = choice.index;
             let text_empty = part.content.as_deref().map_or(true, str::is_empty);
             // Answer text the jail swallowed, or a release of nothing (a block that
-            // closed without a call), makes no chunk: the role rides on the next.
+            // closed without a call) once the role went out, makes no chunk: the
+            // role rides on the next. A release of nothing that would be the
+            // choice's first chunk says `"content":""` with the role
+            // (live-checked: `<TOOLCALL></TOOLCALL>`, mistral's ` [/TOOL_CALLS]`).
+            let first_release = part.released && choice.first;
             if (answered || part.released)
+                && !first_release
                 && part.calls.is_empty()
                 && text_empty
                 && part.reasoning.is_none()

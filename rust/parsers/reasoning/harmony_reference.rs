@@ -21,8 +21,11 @@
 //!   header that does not parse, drops text up to the next `<|start|>`;
 //! - a piece of output (one feed, with any marker prefix held before it) that
 //!   holds `<|call|>` also goes to content whole, as written, after what it
-//!   released (the tool parser finds calls in it); a call's envelope only
-//!   goes out this way, its header rebuilt when its body begins;
+//!   released (the tool parser finds calls in it);
+//! - a call (a `commentary` body with a recipient) is held, its header rebuilt
+//!   as `<|channel|>…<|message|>` when its body begins, and goes to content
+//!   when its body ends (`<|call|>`, `<|end|>` or `<|return|>`), followed by
+//!   the piece that ended it as written; a call the output cuts is dropped;
 //! - a parse error, and each piece dropped while resynchronizing, drops
 //!   everything the piece released;
 //! - whatever is still held when the output ends is dropped.
@@ -32,6 +35,7 @@ use std::sync::OnceLock;
 use super::super::markers::{Held, MarkerSet, Scan};
 use super::super::{Delta, ReasoningParse};
 use super::{feed_held, HeldRun};
+use crate::parsers::tools::harmony_whole::parse_header;
 
 const START: &str = "<|start|>";
 const CHANNEL: &str = "<|channel|>";
@@ -42,7 +46,6 @@ const RETURN: &str = "<|return|>";
 const CALL: &str = "<|call|>";
 
 const SPECIALS: &[&str] = &[START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL];
-const ROLES: &[&str] = &["user", "assistant", "system", "developer", "tool"];
 
 fn specials() -> &'static MarkerSet {
     static SET: OnceLock<MarkerSet> = OnceLock::new();
@@ -81,6 +84,10 @@ pub(super) struct ReferenceHarmony {
     separate: bool,
     /// The piece being consumed holds `<|call|>`: it goes out whole at its end.
     whole: bool,
+    /// The call being held: its rebuilt header and its body so far.
+    call: String,
+    /// The piece being consumed ended a call: the call, then the piece, go out.
+    call_ended: bool,
     /// The piece being consumed met a parse error.
     failed: bool,
 }
@@ -100,65 +107,27 @@ impl ReferenceHarmony {
             answered: false,
             separate: false,
             whole: false,
+            call: String::new(),
+            call_ended: false,
             failed: false,
         }
     }
 
     /// The header reached `<|message|>`: the body it opens, or `None` when it
-    /// does not parse. A call's envelope goes out here.
-    fn open_body(&mut self, role_known: bool, out: &mut Delta) -> Option<Body> {
+    /// does not parse. A call's rebuilt header starts the held call.
+    fn open_body(&mut self, role_known: bool) -> Option<Body> {
         let header = std::mem::take(&mut self.header);
-        let (channel, rest, after_channel) = match header.find(CHANNEL) {
-            Some(at) => {
-                let after = &header[at + CHANNEL.len()..];
-                let len = after
-                    .find(|c: char| c.is_whitespace() || c == '<')
-                    .unwrap_or(after.len());
-                if len == 0 {
-                    return None;
-                }
-                let rest = format!("{}{}", &header[..at], &after[len..]);
-                (Some(&after[..len]), rest, Some(after))
-            }
-            None => (None, header.clone(), None),
-        };
-        let rest = rest.trim().replace(CONSTRAIN, &format!(" {CONSTRAIN}"));
-        let mut parts: Vec<&str> = rest.split_ascii_whitespace().collect();
-        let mut role = "assistant";
-        if !role_known {
-            let first = *parts.first()?;
-            if ROLES.contains(&first) {
-                role = first;
-            } else if parts.len() > 1 || first.starts_with("to=") {
-                parts.remove(0);
-                role = "tool";
-            } else {
-                return None;
-            }
-        }
-        if parts.first() == Some(&role) {
-            parts.remove(0);
-        }
-        let mut recipient = None;
-        if let Some(last) = parts.pop() {
-            if last.starts_with("to=") || (parts.is_empty() && !last.starts_with(CONSTRAIN)) {
-                recipient = Some(last);
-            } else {
-                recipient = parts.pop();
-            }
-        }
-        if !parts.is_empty() {
-            return None;
-        }
-        let body = match channel {
+        let parsed = parse_header(&header, role_known)?;
+        let body = match parsed.channel {
             Some("analysis") => {
                 self.separate = self.reasoned;
                 Body::Reasoning
             }
-            Some("commentary") if recipient.is_some() => {
-                out.content.push_str(CHANNEL);
-                out.content.push_str(after_channel.unwrap_or(""));
-                out.content.push_str(MESSAGE);
+            Some("commentary") if parsed.recipient.is_some() => {
+                self.call.clear();
+                self.call.push_str(CHANNEL);
+                self.call.push_str(parsed.after_channel.unwrap_or(""));
+                self.call.push_str(MESSAGE);
                 Body::Call
             }
             Some("final" | "commentary") => {
@@ -173,7 +142,7 @@ impl ReferenceHarmony {
     fn text(&mut self, text: &str, out: &mut Delta) {
         match self.state {
             State::Header { .. } => self.header.push_str(text),
-            State::Body(Body::Call) if !self.whole => out.content.push_str(text),
+            State::Body(Body::Call) if !self.whole => self.call.push_str(text),
             State::Body(body @ (Body::Reasoning | Body::Content)) if !text.is_empty() => {
                 let (target, wrote) = if body == Body::Reasoning {
                     (&mut out.reasoning, &mut self.reasoned)
@@ -195,20 +164,21 @@ impl ReferenceHarmony {
 
     fn marker(&mut self, marker: &str, out: &mut Delta) {
         self.state = match self.state {
-            State::Header { role_known } if marker == MESSAGE => {
-                match self.open_body(role_known, out) {
-                    Some(body) => State::Body(body),
-                    None => {
-                        self.failed = true;
-                        State::Resync
-                    }
+            State::Header { role_known } if marker == MESSAGE => match self.open_body(role_known) {
+                Some(body) => State::Body(body),
+                None => {
+                    self.failed = true;
+                    State::Resync
                 }
-            }
+            },
             State::Header { .. } => {
                 self.header.push_str(marker);
                 self.state
             }
-            State::Body(_) if [END, RETURN, CALL].contains(&marker) => State::ExpectStart,
+            State::Body(body) if [END, RETURN, CALL].contains(&marker) => {
+                self.call_ended |= body == Body::Call;
+                State::ExpectStart
+            }
             State::Body(_) => {
                 self.text(marker, out);
                 self.state
@@ -240,10 +210,14 @@ impl HeldRun for ReferenceHarmony {
         if self.failed {
             out.content.truncate(content);
             out.reasoning.truncate(reasoning);
+        } else if self.call_ended {
+            out.content.push_str(&std::mem::take(&mut self.call));
+            out.content.push_str(&buf[..ready]);
         } else if self.whole {
             out.content.push_str(&buf[..ready]);
         }
         self.whole = false;
+        self.call_ended = false;
         self.failed = false;
     }
 }
@@ -282,9 +256,11 @@ impl ReasoningParse for ReferenceHarmony {
         feed_held(self, text, out);
     }
 
-    /// The reference drops a held marker prefix and an unfinished header.
+    /// The reference drops a held marker prefix, an unfinished header and a
+    /// call the output cut.
     fn finish(&mut self, _out: &mut Delta) {
         self.held.tail.clear();
         self.header.clear();
+        self.call.clear();
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::{ToolParse, Tools};
 
+pub mod harmony_whole;
 pub mod json_calls;
 pub mod xml_calls;
 

@@ -1,0 +1,460 @@
+//! Dynamo 1.6.1's harmony tool parser over a whole text, as its tool-call jail
+//! parses held text and its unary aggregator re-parses a chat answer holding
+//! `<|channel|>` (tools in the request or not). Only the pipeline's reference
+//! mode uses it; the standalone harmony parser streams calls as they close.
+//! What the live reference does, as the differential fuzzer pinned it down:
+//!
+//! - the text is first read as Harmony messages started inside an assistant
+//!   header (the header rules are [`parse_header`]'s); `<|end|>`, `<|return|>`
+//!   and `<|call|>` end a body, anything but `<|start|>` after one, or a header
+//!   still open at the end, fails the reading. Read, `final` bodies and
+//!   recipient-less `commentary` bodies are the content (as written), a
+//!   `commentary` body to `functions.NAME` ended by `<|call|>` is a call (cut
+//!   by the end of the text, nothing), the rest is dropped;
+//! - failed, calls are recovered from `<|channel|>commentary to=functions.NAME
+//!   …<|message|>ARGS<|call|>` blocks (`analysis` too, an optional
+//!   `<|start|>assistant` before them), and the text around them is cleaned up:
+//!   a `final` block gives its body, `analysis` and `commentary` blocks (to their
+//!   `<|call|>`/`<|end|>` or the end), a `commentary` header left open and a
+//!   `<|message|>` payload (to `<|call|>` or the end) go, the Harmony markers
+//!   are stripped and the result is trimmed;
+//! - call arguments are compact JSON, or the trimmed text when it is not JSON.
+
+const START: &str = "<|start|>";
+const CHANNEL: &str = "<|channel|>";
+const MESSAGE: &str = "<|message|>";
+const CONSTRAIN: &str = "<|constrain|>";
+const END: &str = "<|end|>";
+const RETURN: &str = "<|return|>";
+const CALL: &str = "<|call|>";
+const MARKERS: &[&str] = &[START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL];
+const ROLES: &[&str] = &["user", "assistant", "system", "developer", "tool"];
+/// Written before a block's channel by a model that restates its header.
+const ASSISTANT_START: &str = "<|start|>assistant";
+
+/// A header openai-harmony accepts.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Header<'a> {
+    pub role: String,
+    /// The word after `<|channel|>`.
+    pub channel: Option<&'a str>,
+    pub recipient: Option<String>,
+    /// The header from just after `<|channel|>` on.
+    pub after_channel: Option<&'a str>,
+}
+
+/// Read a message header: the channel after `<|channel|>`; beside it at most a
+/// recipient and a content type (the role dropped first: `role_known` for the
+/// assistant's first header; after `<|start|>` a role comes first). More words,
+/// or an empty channel, do not parse.
+pub(crate) fn parse_header(header: &str, role_known: bool) -> Option<Header<'_>> {
+    let (channel, rest, after_channel) = match header.find(CHANNEL) {
+        Some(at) => {
+            let after = &header[at + CHANNEL.len()..];
+            let len = after
+                .find(|c: char| c.is_whitespace() || c == '<')
+                .unwrap_or(after.len());
+            if len == 0 {
+                return None;
+            }
+            let rest = format!("{}{}", &header[..at], &after[len..]);
+            (Some(&after[..len]), rest, Some(after))
+        }
+        None => (None, header.to_owned(), None),
+    };
+    let rest = rest.trim().replace(CONSTRAIN, &format!(" {CONSTRAIN}"));
+    let mut parts: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let mut role = "assistant";
+    if !role_known {
+        let first = *parts.first()?;
+        if ROLES.contains(&first) {
+            role = first;
+        } else if parts.len() > 1 || first.starts_with("to=") {
+            parts.remove(0);
+            role = "tool";
+        } else {
+            return None;
+        }
+    }
+    if parts.first() == Some(&role) {
+        parts.remove(0);
+    }
+    let mut recipient = None;
+    if let Some(last) = parts.pop() {
+        if last.starts_with("to=") || (parts.is_empty() && !last.starts_with(CONSTRAIN)) {
+            recipient = Some(last);
+        } else {
+            recipient = parts.pop();
+        }
+    }
+    if !parts.is_empty() {
+        return None;
+    }
+    Some(Header {
+        role: role.to_owned(),
+        channel,
+        recipient: recipient.map(str::to_owned),
+        after_channel,
+    })
+}
+
+/// The reference's reading of a whole text: its calls (name, arguments) and content.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct WholeParse {
+    pub calls: Vec<(String, String)>,
+    pub content: String,
+}
+
+/// Parse `text` as Dynamo 1.6.1's harmony tool parser does (see the module doc).
+pub fn parse_whole(text: &str) -> WholeParse {
+    read_messages(text).unwrap_or_else(|| recover(text))
+}
+
+/// The earliest Harmony marker at or after `from`: (start, marker).
+fn next_marker(text: &str, from: usize) -> Option<(usize, &'static str)> {
+    let mut at = from;
+    while let Some(found) = text[at..].find("<|") {
+        let start = at + found;
+        if let Some(m) = MARKERS.iter().find(|m| text[start..].starts_with(**m)) {
+            return Some((start, m));
+        }
+        at = start + 2;
+    }
+    None
+}
+
+enum Reading {
+    Header { role_known: bool },
+    Body,
+    ExpectStart,
+}
+
+/// The text as Harmony messages; `None` where openai-harmony fails it.
+fn read_messages(text: &str) -> Option<WholeParse> {
+    let mut out = WholeParse::default();
+    let mut state = Reading::Header { role_known: true };
+    let mut header = String::new();
+    let mut body = String::new();
+    let mut open: Option<(String, Option<String>, Option<String>)> = None;
+    let mut pos = 0;
+    loop {
+        let next = next_marker(text, pos);
+        let plain = &text[pos..next.map_or(text.len(), |(at, _)| at)];
+        match state {
+            Reading::Header { .. } => header.push_str(plain),
+            Reading::Body => body.push_str(plain),
+            Reading::ExpectStart if !plain.is_empty() => return None,
+            Reading::ExpectStart => {}
+        }
+        let Some((at, marker)) = next else { break };
+        pos = at + marker.len();
+        state = match state {
+            Reading::Header { role_known } if marker == MESSAGE => {
+                let parsed = parse_header(&header, role_known)?;
+                open = Some((
+                    parsed.role,
+                    parsed.channel.map(str::to_owned),
+                    parsed.recipient,
+                ));
+                header.clear();
+                Reading::Body
+            }
+            Reading::Header { role_known } => {
+                header.push_str(marker);
+                Reading::Header { role_known }
+            }
+            Reading::Body if [END, RETURN, CALL].contains(&marker) => {
+                close_message(open.take(), &mut body, marker == CALL, &mut out);
+                Reading::ExpectStart
+            }
+            Reading::Body => {
+                body.push_str(marker);
+                Reading::Body
+            }
+            Reading::ExpectStart if marker == START => Reading::Header { role_known: false },
+            Reading::ExpectStart => return None,
+        };
+    }
+    match state {
+        Reading::Header { .. } => None,
+        Reading::Body => {
+            close_message(open.take(), &mut body, false, &mut out);
+            Some(out)
+        }
+        Reading::ExpectStart => Some(out),
+    }
+}
+
+/// One message read: a call (only once its `<|call|>` came), content, or nothing.
+fn close_message(
+    open: Option<(String, Option<String>, Option<String>)>,
+    body: &mut String,
+    called: bool,
+    out: &mut WholeParse,
+) {
+    let text = std::mem::take(body);
+    let Some((role, channel, recipient)) = open else {
+        return;
+    };
+    if role != "assistant" {
+        return;
+    }
+    match (channel.as_deref(), recipient) {
+        (Some("commentary"), Some(recipient)) => {
+            let recipient = recipient.strip_prefix("to=").unwrap_or(&recipient);
+            if let Some(name) = recipient.strip_prefix("functions.") {
+                let name = name.split('.').next().unwrap_or("");
+                if called && !name.is_empty() {
+                    out.calls.push((name.to_owned(), arguments(&text)));
+                }
+            }
+        }
+        (Some("final"), _) | (Some("commentary"), None) => out.content.push_str(&text),
+        _ => {}
+    }
+}
+
+/// Call arguments as the reference hands them out: compact JSON, else the text.
+fn arguments(raw: &str) -> String {
+    let raw = raw.trim();
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(value) => value.to_string(),
+        Err(_) => raw.to_owned(),
+    }
+}
+
+/// Where a block of `channel` opens at or after `from`: (start, end of
+/// `<|channel|>CHANNEL`), the start taking in a `<|start|>assistant` right before.
+fn find_block(text: &str, from: usize, channel: &str) -> Option<(usize, usize)> {
+    let mut at = from;
+    loop {
+        let found = at + text[at..].find(CHANNEL)?;
+        let word_end = found + CHANNEL.len();
+        if text[word_end..].starts_with(channel) {
+            let start = match found.checked_sub(ASSISTANT_START.len()) {
+                Some(s) if s >= from && text[s..found] == *ASSISTANT_START => s,
+                _ => found,
+            };
+            return Some((start, word_end + channel.len()));
+        }
+        at = word_end;
+    }
+}
+
+/// Where the first of `closers` at or after `from` begins and ends, or the end
+/// of the text (twice).
+fn close_at(text: &str, from: usize, closers: &[&str]) -> (usize, usize) {
+    closers
+        .iter()
+        .filter_map(|c| {
+            text[from..]
+                .find(c)
+                .map(|at| (from + at, from + at + c.len()))
+        })
+        .min()
+        .unwrap_or((text.len(), text.len()))
+}
+
+/// The text with each block of `channel` (`<|channel|>CHANNEL…<|message|>BODY`
+/// up to one of `closers` or the end; with `bare`, nothing between the channel
+/// and `<|message|>`) replaced by its body, or removed.
+fn rewrite_blocks(
+    text: &str,
+    channel: &str,
+    bare: bool,
+    closers: &[&str],
+    keep_body: bool,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    let mut from = 0;
+    while let Some((start, word_end)) = find_block(text, from, channel) {
+        let message = if bare {
+            if !text[word_end..].starts_with(MESSAGE) {
+                from = word_end;
+                continue;
+            }
+            word_end
+        } else {
+            match text[word_end..].find(MESSAGE) {
+                Some(at) => word_end + at,
+                None => break,
+            }
+        };
+        let body = message + MESSAGE.len();
+        let (body_end, end) = close_at(text, body, closers);
+        out.push_str(&text[pos..start]);
+        if keep_body {
+            out.push_str(&text[body..body_end]);
+        }
+        pos = end;
+        from = end;
+    }
+    out.push_str(&text[pos..]);
+    out
+}
+
+/// A failed reading: calls from their blocks, and the rest cleaned up.
+fn recover(text: &str) -> WholeParse {
+    let mut out = WholeParse::default();
+    let mut residual = String::with_capacity(text.len());
+    let mut pos = 0;
+    while let Some((start, name, args, end)) = next_call_block(text, pos) {
+        residual.push_str(&text[pos..start]);
+        out.calls.push((name.to_owned(), arguments(args)));
+        pos = end;
+    }
+    residual.push_str(&text[pos..]);
+    let text = rewrite_blocks(&residual, "final", true, &[RETURN, END], true);
+    let text = rewrite_blocks(&text, "analysis", false, &[CALL, END], false);
+    let text = rewrite_blocks(&text, "commentary", false, &[CALL], false);
+    let text = match find_block(&text, 0, "commentary") {
+        Some((start, _)) => text[..start].to_owned(),
+        None => text,
+    };
+    let text = strip_payloads(&text);
+    let mut text = text;
+    for marker in MARKERS {
+        text = text.replace(marker, "");
+    }
+    out.content = text.trim().to_owned();
+    out
+}
+
+/// `<|message|>` payloads (to `<|call|>` or the end) removed.
+fn strip_payloads(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    while let Some(at) = text[pos..].find(MESSAGE).map(|at| pos + at) {
+        out.push_str(&text[pos..at]);
+        pos = close_at(text, at + MESSAGE.len(), &[CALL]).1;
+    }
+    out.push_str(&text[pos..]);
+    out
+}
+
+/// The next call block at or after `from`: (start, name, arguments, end).
+fn next_call_block(text: &str, from: usize) -> Option<(usize, &str, &str, usize)> {
+    const TO_FUNCTIONS: &str = " to=functions.";
+    let mut at = from;
+    loop {
+        let found = at + text[at..].find(CHANNEL)?;
+        let word = found + CHANNEL.len();
+        at = word;
+        let Some(channel) = ["commentary", "analysis"]
+            .into_iter()
+            .find(|c| text[word..].starts_with(c))
+        else {
+            continue;
+        };
+        let name_start = word + channel.len();
+        if !text[name_start..].starts_with(TO_FUNCTIONS) {
+            continue;
+        }
+        let name_start = name_start + TO_FUNCTIONS.len();
+        let name_len = text[name_start..]
+            .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '-')))
+            .unwrap_or(text.len() - name_start);
+        if name_len == 0 {
+            continue;
+        }
+        let name_end = name_start + name_len;
+        let message = name_end + text[name_end..].find(MESSAGE)?;
+        let args_start = message + MESSAGE.len();
+        let call = args_start + text[args_start..].find(CALL)?;
+        let start = match found.checked_sub(ASSISTANT_START.len()) {
+            Some(s) if s >= from && text[s..found] == *ASSISTANT_START => s,
+            _ => found,
+        };
+        return Some((
+            start,
+            &text[name_start..name_end],
+            &text[args_start..call],
+            call + CALL.len(),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn content(text: &str) -> String {
+        parse_whole(text).content
+    }
+
+    #[test]
+    fn messages_that_read_keep_final_and_plain_commentary_bodies() {
+        assert_eq!(content("hi<|channel|>final<|message|>yo"), "yo");
+        assert_eq!(content("<|channel|>commentary<|message|>yo"), "yo");
+        assert_eq!(content("  A  <|channel|>final<|message|>  B  "), "  B  ");
+        assert_eq!(
+            content("A<|channel|>final<|message|>B<|channel|>final<|message|>C"),
+            "B<|channel|>final<|message|>C"
+        );
+        // analysis, another channel, a commentary body to someone else: nothing
+        assert_eq!(content("hi<|channel|>analysis<|message|>think"), "");
+        assert_eq!(content("<|channel|>x<|message|>B"), "");
+        assert_eq!(content("hi<|channel|>commentary<|message|>yo"), "");
+        assert_eq!(content("A<|message|>B<|channel|>x"), "");
+    }
+
+    #[test]
+    fn a_call_that_reads_is_a_call() {
+        let parse = parse_whole(
+            "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"tz\": 1}<|call|>",
+        );
+        assert_eq!(
+            parse.calls,
+            [("get_time".to_owned(), r#"{"tz":1}"#.to_owned())]
+        );
+        assert_eq!(parse.content, "");
+        let parse =
+            parse_whole("<|channel|>commentary to=functions.get_time<|message|>{tz:1<|call|>");
+        assert_eq!(parse.calls, [("get_time".to_owned(), "{tz:1".to_owned())]);
+        let cut = parse_whole("<|channel|>commentary to=functions.get_time<|message|>{\"a\":1}");
+        assert_eq!(cut, WholeParse::default());
+    }
+
+    #[test]
+    fn a_failed_reading_recovers_calls_and_cleans_the_rest() {
+        let parse = parse_whole(
+            "hi <|call|><|channel|>commentary to=functions.get_time<|message|>{\"tz\":\"x\"}<|call|>",
+        );
+        assert_eq!(
+            parse.calls,
+            [("get_time".to_owned(), r#"{"tz":"x"}"#.to_owned())]
+        );
+        assert_eq!(parse.content, "hi");
+        assert_eq!(content("  hi  <|channel|>x"), "hi  x");
+        assert_eq!(content("A <|constrain|> B<|channel|>x"), "A  Bx");
+        assert_eq!(content("A<|channel|>commentary to=functions.get_time"), "A");
+        assert_eq!(content("A<|channel|>commentary x y<|message|>B"), "A");
+        assert_eq!(
+            content("A<|channel|>analysis to=functions.x y<|message|>B"),
+            "A"
+        );
+        assert_eq!(
+            content("A<|channel|>commentary to=functions.get_time<|message|>{}<|call|>\nB<|channel|>final<|message|>C"),
+            "A\nBC"
+        );
+        assert_eq!(
+            content("A<|channel|>commentary to=functions.get_time<|message|>{}<|call|>\nB<|message|>C<|channel|>D"),
+            "A\nB"
+        );
+        assert_eq!(content("<|call|>"), "");
+    }
+
+    #[test]
+    fn headers_take_a_recipient_and_a_content_type_beside_the_channel() {
+        let header = parse_header("A<|channel|>final x", true).unwrap();
+        assert_eq!(header.channel, Some("final"));
+        assert_eq!(header.recipient.as_deref(), Some("A"));
+        assert!(parse_header("A<|channel|>commentary to=functions.f", true).is_none());
+        assert!(parse_header("<|channel|> x", true).is_none());
+        assert_eq!(
+            parse_header("user<|channel|>final", false).unwrap().role,
+            "user"
+        );
+    }
+}
