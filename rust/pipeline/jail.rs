@@ -18,7 +18,7 @@ use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
 use crate::parsers::tools::harmony_whole::parse_whole as parse_whole_harmony;
-use crate::parsers::tools::json_calls::{hermes_whole, pythonic_whole};
+use crate::parsers::tools::json_calls::{hermes_whole, kimi_whole, pythonic_whole};
 use crate::parsers::ToolCall;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
@@ -74,6 +74,17 @@ pub struct JailRules {
     /// Held text is read by Dynamo's own hermes parse
     /// ([`hermes_whole`](crate::parsers::tools::json_calls::hermes_whole)).
     hermes_whole: bool,
+    /// Held text is read by Dynamo's own kimi_k2 parse
+    /// ([`kimi_whole`](crate::parsers::tools::json_calls::kimi_whole)).
+    kimi_whole: bool,
+    /// Held text without a call is kept as text when no end marker closed it
+    /// and it lacks this inner marker (qwen3_coder's `<function=`: Dynamo reads
+    /// such a block as plain text).
+    unclosed_kept_without: Option<&'static str>,
+    /// A start marker that opens a call without the family's opener, and that
+    /// opener: the reference reads the block as if the opener came first
+    /// (qwen3_coder's bare `<function=`, live-checked).
+    bare_opener: Option<(&'static str, &'static str)>,
 }
 
 impl JailRules {
@@ -93,7 +104,12 @@ impl JailRules {
                 "llama3_json" => (&["<|python_tag|>"], &[], Trigger::Json),
                 "phi4" => (&["functools"], &[], Trigger::Json),
                 "pythonic" => (&[], &[], Trigger::Pythonic),
-                "qwen3_coder" => (&["<tool_call>"], &["</tool_call>"], Trigger::Marker),
+                // A bare `<function=` opens a call too (live-checked).
+                "qwen3_coder" => (
+                    &["<tool_call>", "<function="],
+                    &["</tool_call>"],
+                    Trigger::Marker,
+                ),
                 "kimi_k2" => (
                     &["<|tool_calls_section_begin|>", "<|tool_call_begin|>"],
                     &["<|tool_calls_section_end|>"],
@@ -126,7 +142,7 @@ impl JailRules {
             forced_as_auto: name == "kimi_k2",
             content_before_start: matches!(
                 name,
-                "kimi_k2" | "deepseek_v3_1" | "mistral" | "llama3_json"
+                "kimi_k2" | "deepseek_v3_1" | "mistral" | "llama3_json" | "qwen3_coder"
             ),
             own_end: (name == "deepseek_v3_1")
                 .then_some(("<｜tool▁call▁begin｜>", &["<｜tool▁call▁end｜>"])),
@@ -136,6 +152,9 @@ impl JailRules {
             end_marker_drops_text: name == "mistral",
             ends_on_calls: ends.is_empty() || matches!(name, "default" | "mistral"),
             hermes_whole: name == "hermes",
+            kimi_whole: name == "kimi_k2",
+            unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
+            bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
         }
     }
 
@@ -274,6 +293,13 @@ impl JailRules {
             .chain(self.own_end.as_ref().map(|(start, _)| start))
             .filter_map(|m| text.find(m).map(|at| (at, m.len())))
             .min_by_key(|&(at, _)| at)
+    }
+
+    /// Where the content of a release with calls ends (`content_before_start`):
+    /// the first family start marker, else the own-end marker that opened it.
+    fn content_start(&self, text: &str) -> Option<usize> {
+        let family = self.starts.iter().filter_map(|m| text.find(m)).min();
+        family.or_else(|| self.find_start(text).map(|(at, _)| at))
     }
 
     /// The earliest suffix of `text` that is a proper prefix of a start pattern.
@@ -432,8 +458,13 @@ impl ToolJail {
             ends.iter()
                 .find_map(|m| self.held.find(m).map(|at| at + m.len()))
         };
+        // Once a family start marker follows in it, the family's end marker ends
+        // it (live-checked, deepseek_v3_1).
         let own_end = match self.rules.own_end {
-            Some((start, ends)) if self.held.starts_with(start) => {
+            Some((start, ends))
+                if self.held.starts_with(start)
+                    && !self.rules.starts.iter().any(|m| self.held.contains(m)) =>
+            {
                 find_end(ends).filter(|&end| !self.parse(&self.held[..end]).calls.is_empty())
             }
             _ => None,
@@ -512,6 +543,9 @@ impl ToolJail {
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);
         }
+        if self.rules.kimi_whole {
+            return self.parse_kimi(text);
+        }
         if self.rules.trigger == Trigger::Harmony {
             return parse_harmony(text);
         }
@@ -527,7 +561,19 @@ impl ToolJail {
         }
         // The reference trims the held text before parsing it (a string cut by the
         // end of output loses its trailing spaces before it is closed).
-        let (message, _) = parse_with(text.trim_end(), &self.tools);
+        let whole = text.trim_end();
+        let opened;
+        let whole = match self.rules.bare_opener {
+            Some((bare, opener)) => match self.rules.find_start(whole) {
+                Some((at, _)) if whole[at..].starts_with(bare) => {
+                    opened = format!("{opener}{}", &whole[at..]);
+                    opened.as_str()
+                }
+                _ => whole,
+            },
+            None => whole,
+        };
+        let (message, _) = parse_with(whole, &self.tools);
         if message.tool_calls.is_empty()
             || (self.rules.trigger == Trigger::Json && self.bare_json_with_trailing_text(text))
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
@@ -537,9 +583,9 @@ impl ToolJail {
         }
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
-        let content = match self.rules.find_start(text) {
-            Some((at, _)) if self.rules.keeps_space_before_start => text[..at].trim_start(),
-            Some((at, _)) if self.rules.content_before_start => text[..at].trim(),
+        let content = match self.rules.content_start(text) {
+            Some(at) if self.rules.keeps_space_before_start => text[..at].trim_start(),
+            Some(at) if self.rules.content_before_start => text[..at].trim(),
             _ => message.content.trim(),
         };
         Parsed {
@@ -548,14 +594,45 @@ impl ToolJail {
         }
     }
 
+    /// kimi_k2's calls; a release with calls says only the text before the first
+    /// start marker.
+    fn parse_kimi(&self, text: &str) -> Parsed {
+        let calls = kimi_whole::parse_whole(text);
+        if calls.is_empty() {
+            return self.no_calls(text);
+        }
+        let content = self
+            .rules
+            .content_start(text)
+            .map_or(text, |at| &text[..at]);
+        Parsed {
+            calls: calls
+                .into_iter()
+                .enumerate()
+                .map(|(index, call)| ToolCall {
+                    index,
+                    id: call.id,
+                    name: call.name,
+                    arguments: call.arguments,
+                })
+                .collect(),
+            content: content.trim().to_owned(),
+        }
+    }
+
     /// Held text without a call: dropped whole when it has a start marker; but a
     /// jail its own-end marker opened keeps it whole once a family start marker
-    /// follows (live-checked, deepseek_v3_1), and so does a JSON family's text that
+    /// follows (live-checked, deepseek_v3_1); so does an unclosed block the family
+    /// reads as text (`unclosed_kept_without`), and a JSON family's text that
     /// holds JSON but no call, with text before the marker (the parser says that
     /// text, and the jail then releases all it held: mistral's
     /// `{"city":…}[TOOL_CALLS]f[ARGS]{…}`).
     fn no_calls(&self, text: &str) -> Parsed {
+        let read_as_text = self.rules.unclosed_kept_without.is_some_and(|inner| {
+            !text.contains(inner) && !self.rules.ends.iter().any(|end| text.contains(end))
+        });
         let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
+            && !read_as_text
             && !(self.rules.opened_by_own_end(text)
                 && self.rules.starts.iter().any(|m| text.contains(m)))
             && !(self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));

@@ -19,6 +19,7 @@ use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
+use crate::parsers::json::is_valid;
 use crate::parsers::tools::harmony_whole;
 use crate::parsers::{CallDelta, ChatParser, Delta};
 
@@ -49,6 +50,9 @@ struct Choice {
     /// The reasoning stage has passed answer text: from then on, under a forced
     /// tool choice, every frame's content (empty too) goes into the jail.
     answered_once: bool,
+    /// Under a forced tool choice with a reasoning stage (Dynamo's streaming),
+    /// nothing but whitespace has come yet: such frames are answer text.
+    leading_space: bool,
     /// Tools in play (not forced): Dynamo's tool-call jail on the content.
     jail: Option<ToolJail>,
     /// A forced tool choice: the guided JSON answer.
@@ -202,6 +206,18 @@ impl ResponseState {
                 self.piece.clear();
                 self.choices[slot].detok.flush(&mut self.piece);
                 self.emit(slot, 0, None, true, out);
+            }
+        }
+        if !self.plan.stream {
+            // Dynamo's unary answer drops the last call when its arguments are not
+            // JSON and the output was cut by length (taken as cut off; the stream
+            // keeps it; live-checked with kimi_k2).
+            for choice in &mut self.choices {
+                if choice.finish_reason == Some("length")
+                    && choice.calls.last().is_some_and(|c| !is_valid(&c.arguments))
+                {
+                    choice.calls.pop();
+                }
             }
         }
         self.usage.reasoning_tokens = self.reasoning_tokens();
@@ -361,6 +377,8 @@ impl ResponseState {
             held_calls: Vec::new(),
             jailed: String::new(),
             answered_once: false,
+            leading_space: self.plan.tool_choice.forces_calls()
+                && parsers.is_some_and(|s| s.reference_streaming && s.active_reasoning().is_some()),
             in_reasoning: false,
             content: String::new(),
             reasoning: String::new(),
@@ -435,6 +453,18 @@ impl ResponseState {
                 }
             }
             None => self.delta.content.push_str(&self.piece),
+        }
+        if choice.leading_space {
+            // Dynamo answers a forced tool choice with the whitespace-only frames
+            // that open the output, reasoning or not (live-checked, deepseek_r1).
+            let blank =
+                self.delta.content.trim().is_empty() && self.delta.reasoning.trim().is_empty();
+            if blank && !self.delta.reasoning.is_empty() {
+                let reasoning = std::mem::take(&mut self.delta.reasoning);
+                self.delta.content.insert_str(0, &reasoning);
+                answered = true;
+            }
+            choice.leading_space = blank;
         }
         if choice.jail.is_some() {
             return self.emit_jailed(slot, tokens, finish, ending, answered, out);
@@ -523,12 +553,10 @@ impl ResponseState {
                 let parsed = !choice.held_calls.is_empty();
                 let mut calls = std::mem::take(&mut choice.held_calls);
                 if let ToolChoiceMode::Named(name) = &self.plan.tool_choice {
+                    // The named tool's calls keep their order, indexed anew.
                     calls.retain(|c| c.name.as_deref() == Some(name.as_str()));
-                    if self.plan.unary_harmony_cleanup {
-                        // Harmony's kept calls are numbered from 0 (live-checked).
-                        for (index, call) in calls.iter_mut().enumerate() {
-                            call.index = index;
-                        }
+                    for (index, call) in calls.iter_mut().enumerate() {
+                        call.index = index;
                     }
                 }
                 let jailed = std::mem::take(&mut choice.jailed);
@@ -789,6 +817,15 @@ impl ResponseState {
             });
         }
         if let Some(parsed) = finalized {
+            // With a usage chunk to come, the reference's last frame passes the
+            // jail as a bare finish chunk before the release, once calls went out
+            // (`tool_calls` even when the output was cut by length; live-checked).
+            if self.plan.include_usage && choice.calls_released > 0 {
+                parts.push(JailedPart {
+                    finish: Some("tool_calls"),
+                    ..JailedPart::text(String::new(), None)
+                });
+            }
             // The release at the end of output carries the finish reason, calls or not.
             parts.push(JailedPart {
                 finish,

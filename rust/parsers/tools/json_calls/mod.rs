@@ -27,6 +27,7 @@
 mod family;
 pub mod hermes_whole;
 mod in_content;
+pub mod kimi_whole;
 mod named;
 mod objects;
 mod olmo3;

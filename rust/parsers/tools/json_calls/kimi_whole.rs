@@ -1,0 +1,124 @@
+//! Dynamo 1.6.1's kimi_k2 parser over a whole text, as its tool jail runs it
+//! (measured against its frontend; only the pipeline's reference mode uses it):
+//!
+//! - a call is `<|tool_call_begin|>`, an id `name:index` (`[\w.-]+:\d+`, a leading
+//!   `functions.` is not part of the name), `<|tool_call_argument_begin|>`, then
+//!   the arguments up to the first `<|tool_call_end|>` — JSON strings are not
+//!   looked into, so `{"city": "New York<|tool_call_end|>` ends there;
+//! - whitespace around the id and the arguments is ignored; arguments that parse
+//!   as JSON are written compact, others are kept as written (`x y`, `{"a":1,}`);
+//! - the call's id is the id as written.
+
+use serde_json::Value;
+
+use super::family::{KIMI_ARGS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END};
+
+/// One call read whole: its id as written, its name and its arguments.
+pub struct WholeCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Every call in `text`, in order.
+pub fn parse_whole(text: &str) -> Vec<WholeCall> {
+    let mut calls = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find(KIMI_CALL_BEGIN) {
+        let begin = from + at + KIMI_CALL_BEGIN.len();
+        match call_at(&text[begin..]) {
+            Some((call, used)) => {
+                calls.push(call);
+                from = begin + used;
+            }
+            None => from = begin,
+        }
+    }
+    calls
+}
+
+/// The call whose id starts `text` (after its begin marker), and the bytes it used.
+fn call_at(text: &str) -> Option<(WholeCall, usize)> {
+    let rest = text.trim_start();
+    let id_len = function_id_len(rest)?;
+    let id = &rest[..id_len];
+    let after_id = rest[id_len..].trim_start();
+    let args_from = after_id.strip_prefix(KIMI_ARGS_BEGIN)?;
+    let end = args_from.find(KIMI_CALL_END)?;
+    let raw = args_from[..end].trim();
+    let arguments = match serde_json::from_str::<Value>(raw) {
+        Ok(value) => value.to_string(),
+        Err(_) => raw.to_owned(),
+    };
+    let used = text.len() - args_from.len() + end + KIMI_CALL_END.len();
+    let name = id.rsplit_once(':').map_or(id, |(name, _)| name);
+    let name = name
+        .strip_prefix("functions.")
+        .filter(|n| !n.is_empty())
+        .unwrap_or(name);
+    let call = WholeCall {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        arguments,
+    };
+    Some((call, used))
+}
+
+/// The length of the `[\w.-]+:\d+` id opening `text` (the longest such id).
+fn function_id_len(text: &str) -> Option<usize> {
+    let word = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '-');
+    let name_len = text.find(|c: char| !word(c)).unwrap_or(text.len());
+    let after = text[name_len..].strip_prefix(':')?;
+    let digits = after
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(after.len());
+    (name_len > 0 && digits > 0).then_some(name_len + 1 + digits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Vec<(String, String, String)> {
+        parse_whole(text)
+            .into_iter()
+            .map(|c| (c.id, c.name, c.arguments))
+            .collect()
+    }
+
+    fn call(id: &str, name: &str, args: &str) -> (String, String, String) {
+        (id.to_owned(), name.to_owned(), args.to_owned())
+    }
+
+    #[test]
+    fn arguments_run_to_the_first_call_end() {
+        let text = "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0\
+            <|tool_call_argument_begin|>{\"city\": \"New York<|tool_call_end|> \
+            <|tool_call_begin|>get_time:1<|tool_call_argument_begin|>{\"tz\": \"Z\\u00fcrich\"}\
+            <|tool_call_end|><|tool_calls_section_end|>";
+        assert_eq!(
+            read(text),
+            [
+                call(
+                    "functions.get_weather:0",
+                    "get_weather",
+                    "{\"city\": \"New York"
+                ),
+                call("get_time:1", "get_time", "{\"tz\":\"Zürich\"}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn arguments_that_are_not_json_are_kept_trimmed() {
+        let text = "<|tool_call_begin|> f:0 <|tool_call_argument_begin|> x y <|tool_call_end|>";
+        assert_eq!(read(text), [call("f:0", "f", "x y")]);
+    }
+
+    #[test]
+    fn a_malformed_id_is_no_call() {
+        let text = "<|tool_call_begin|>f x:0<|tool_call_argument_begin|>{}<|tool_call_end|>";
+        assert!(read(text).is_empty());
+        assert!(read("<|tool_call_begin|>f:0<|tool_call_argument_begin|>{}").is_empty());
+    }
+}
