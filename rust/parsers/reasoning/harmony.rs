@@ -13,13 +13,7 @@ use std::sync::OnceLock;
 use super::super::markers::{Held, MarkerSet, Scan};
 use super::super::{Delta, ReasoningParse};
 use super::{feed_held, finish_held, HeldRun};
-
-const START: &str = "<|start|>";
-const CHANNEL: &str = "<|channel|>";
-const MESSAGE: &str = "<|message|>";
-const END: &str = "<|end|>";
-const RETURN: &str = "<|return|>";
-const CALL: &str = "<|call|>";
+use crate::parsers::tools::harmony_whole::{CALL, CHANNEL, END, MESSAGE, RETURN, START};
 
 /// Markers that end a body; the two openers also start the next message.
 const BODY_MARKERS: &[&str] = &[END, RETURN, CALL, START, CHANNEL];

@@ -35,17 +35,9 @@ use std::sync::OnceLock;
 use super::super::markers::{Held, MarkerSet, Scan};
 use super::super::{Delta, ReasoningParse};
 use super::{feed_held, HeldRun};
-use crate::parsers::tools::harmony_whole::parse_header;
-
-const START: &str = "<|start|>";
-const CHANNEL: &str = "<|channel|>";
-const MESSAGE: &str = "<|message|>";
-const CONSTRAIN: &str = "<|constrain|>";
-const END: &str = "<|end|>";
-const RETURN: &str = "<|return|>";
-const CALL: &str = "<|call|>";
-
-const SPECIALS: &[&str] = &[START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL];
+use crate::parsers::tools::harmony_whole::{
+    parse_header, CALL, CHANNEL, END, MARKERS as SPECIALS, MESSAGE, RETURN, START,
+};
 
 fn specials() -> &'static MarkerSet {
     static SET: OnceLock<MarkerSet> = OnceLock::new();

@@ -20,14 +20,15 @@
 //!   are stripped and the result is trimmed;
 //! - call arguments are compact JSON, or the trimmed text when it is not JSON.
 
-const START: &str = "<|start|>";
-const CHANNEL: &str = "<|channel|>";
-const MESSAGE: &str = "<|message|>";
-const CONSTRAIN: &str = "<|constrain|>";
-const END: &str = "<|end|>";
-const RETURN: &str = "<|return|>";
-const CALL: &str = "<|call|>";
-const MARKERS: &[&str] = &[START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL];
+// The Harmony format's special tokens, for every harmony parser.
+pub(crate) const START: &str = "<|start|>";
+pub(crate) const CHANNEL: &str = "<|channel|>";
+pub(crate) const MESSAGE: &str = "<|message|>";
+pub(crate) const CONSTRAIN: &str = "<|constrain|>";
+pub(crate) const END: &str = "<|end|>";
+pub(crate) const RETURN: &str = "<|return|>";
+pub(crate) const CALL: &str = "<|call|>";
+pub(crate) const MARKERS: &[&str] = &[START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL];
 const ROLES: &[&str] = &["user", "assistant", "system", "developer", "tool"];
 /// Written before a block's channel by a model that restates its header.
 const ASSISTANT_START: &str = "<|start|>assistant";
