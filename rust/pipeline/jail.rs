@@ -17,7 +17,7 @@
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
-use crate::parsers::tools::harmony_whole::parse_whole as parse_whole_harmony;
+use crate::parsers::tools::harmony_whole::{self, parse_whole as parse_whole_harmony};
 use crate::parsers::tools::json_calls::{hermes_whole, kimi_whole, pythonic_whole};
 use crate::parsers::ToolCall;
 
@@ -120,7 +120,7 @@ impl JailRules {
                         "<|start|>assistant<|channel|>commentary",
                         "<|channel|>commentary",
                     ],
-                    &["<|call|>"],
+                    &[harmony_whole::CALL],
                     Trigger::Harmony,
                 ),
                 "deepseek_v3" => (
@@ -247,8 +247,8 @@ impl JailRules {
             Trigger::Marker => self.marker_or_prefix_ends(text),
             Trigger::Harmony => {
                 self.marker_or_prefix_ends(text)
-                    || text.contains("<|channel|>")
-                    || text.contains("<|call|>")
+                    || text.contains(harmony_whole::CHANNEL)
+                    || text.contains(harmony_whole::CALL)
             }
             Trigger::TrimmedMarker => self.marker_or_prefix_ends(text.trim()),
             Trigger::Pythonic => text.trim().contains('['),

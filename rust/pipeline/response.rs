@@ -245,7 +245,7 @@ impl ResponseState {
             // not kept, live-checked without tools and with `tool_choice: none`;
             // a forced tool choice keeps the text).
             for choice in &mut self.choices {
-                if choice.calls.is_empty() && choice.content.contains("<|channel|>") {
+                if choice.calls.is_empty() && choice.content.contains(harmony_whole::CHANNEL) {
                     choice.content = harmony_whole::parse_whole(&choice.content).content;
                 }
             }
