@@ -15,7 +15,8 @@ the floor the median of the rounds' ratios (the floor measured just before the s
 load other jobs put on the machine, which drifts between rounds, mostly cancels). The client is wrk
 (an independent C load generator, one thread) when it is on PATH, else `bench_endpoint`'s asyncio
 client, whose own cost then caps the floor rows (say so when quoting them). Server CPU per request
-is the server process's utime+stime over the scenario.
+is the server process's utime+stime over the scenario; its context switches per request are all
+its threads' (voluntary and involuntary, from /proc): the thread handoffs a request costs.
 
 With --profile it runs wrk against `shakedown serve` alone while py-spy samples it, and splits
 the server's CPU per request into stages: the granian threads (Rust: sockets, HTTP, RSGI) from
@@ -248,6 +249,20 @@ def memory_per_stream(env: dict[str, str] | None, count: int) -> float:
 # --- the comparison --------------------------------------------------------------------------
 
 
+def context_switches(pid: int) -> int:
+    """Context switches (voluntary and not) of all the process's threads so far: each thread
+    handoff of a request (a wake-up, a wait for the GIL, a preemption by the thread it woke)
+    is one or two."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+        except OSError:
+            continue  # the thread ended
+    return total
+
+
 def measure(
     client: str, scripts: dict[bool, Path], pid: int, port: int, stream: bool, c: int, secs: float
 ) -> dict[str, float]:
@@ -256,13 +271,14 @@ def measure(
         run_wrk(port, scripts[stream], c, warm)
     else:
         run_asyncio(port, stream, c, warm)
-    cpu = _proc_cpu(pid)
+    cpu, switches = _proc_cpu(pid), context_switches(pid)
     row = (
         run_wrk(port, scripts[stream], c, secs)
         if client == "wrk"
         else run_asyncio(port, stream, c, secs)
     )
     row["cpu_us_per_req"] = 1e6 * (_proc_cpu(pid) - cpu) / max(row["requests"], 1)
+    row["switches_per_req"] = (context_switches(pid) - switches) / max(row["requests"], 1)
     return row
 
 
@@ -306,7 +322,7 @@ def compare(
     rows = []
     for (name, stream, c), measured in runs.items():
         row: dict[str, Any] = {"server": name, "stream": stream, "c": c}
-        for key in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req"):
+        for key in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "switches_per_req"):
             row[key] = statistics.median(m[key] for m in measured)
         # Each round measures the floor just before the server: the ratio within a round
         # cancels the load other jobs put on the machine, which drifts between rounds.
@@ -342,8 +358,11 @@ def print_compare(result: dict[str, Any], seconds: float, rounds: int) -> None:
         f"(medians); unary body {result['unary_bytes']} B; stream {result['stream_chunks']} "
         f"sends, {result['stream_events']} SSE events"
     )
-    print("| reply | c | server | req/s | p50 ms | p99 ms | server CPU us/req | errors |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    print(
+        "| reply | c | server | req/s | p50 ms | p99 ms | server CPU us/req "
+        "| server context switches/req | errors |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     by = {(r["server"], r["stream"], r["c"]): r for r in result["rows"]}
     for stream, c in SCENARIOS:
         for name in result["servers"]:
@@ -351,7 +370,7 @@ def print_compare(result: dict[str, Any], seconds: float, rounds: int) -> None:
             print(
                 f"| {'stream' if stream else 'unary'} | {c} | {name} | {r['rps']:.0f} "
                 f"| {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['cpu_us_per_req']:.0f} "
-                f"| {r['errors']} |"
+                f"| {r['switches_per_req']:.2f} | {r['errors']} |"
             )
     print()
     for name, kib in result["memory_kib_per_stream"].items():
