@@ -783,9 +783,14 @@ impl ResponseState {
         count_reasoning(choice, &self.delta, tokens, answered);
         let parallel = self.plan.parallel_tool_calls;
         let mut parts: Vec<JailedPart> = Vec::with_capacity(4);
+        let named = match &self.plan.tool_choice {
+            ToolChoiceMode::Named(name) => Some(name.as_str()),
+            _ => None,
+        };
+        let finalized = finalized.map(|parsed| only_named(parsed, named));
         for parsed in std::mem::take(&mut released.parsed) {
             parts.push(JailedPart::parsed(
-                parsed,
+                only_named(parsed, named),
                 finish,
                 parallel,
                 &mut choice.calls_released,
@@ -918,6 +923,16 @@ impl ResponseState {
             sse::end_event(out);
         }
     }
+}
+
+/// A release under a forced named tool choice (kimi_k2 jails it as auto): calls
+/// to other tools are dropped (live-checked: a release of only those makes no
+/// chunk, and the finish reason stays `stop`).
+fn only_named(mut parsed: Parsed, named: Option<&str>) -> Parsed {
+    if let Some(name) = named {
+        parsed.calls.retain(|call| call.name == name);
+    }
+    parsed
 }
 
 /// Where the first tool-call start marker of the request's family begins.
