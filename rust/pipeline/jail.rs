@@ -552,7 +552,13 @@ impl ToolJail {
         if self.rules.hermes_whole {
             let parse = hermes_whole::parse_whole(text);
             if parse.calls.is_empty() {
-                return self.no_calls(text);
+                // The end marker that ended a guessed jail is not said
+                // (live-checked: `{"a":"` + `</tool_call>` releases `{"a":"`).
+                let mut parsed = self.no_calls(text);
+                for end in self.rules.ends {
+                    parsed.content = parsed.content.replace(end, "");
+                }
+                return parsed;
             }
             return Parsed {
                 calls: numbered(parse.calls),
