@@ -411,6 +411,7 @@ fn main() {
             force_nonempty_content: false,
             dialect: Default::default(),
             reference_streaming: false,
+            response_template: None,
         };
         let mut per_piece = Vec::new();
         let mut per_byte = Vec::new();

@@ -288,6 +288,7 @@ impl ChatParser {
             force_nonempty_content,
             dialect: dialect_from(dialect)?,
             reference_streaming: false,
+            response_template: None,
         };
         Ok(Self {
             engine: Engine::new(&options)?,
@@ -413,6 +414,7 @@ fn parse(
         force_nonempty_content,
         dialect: dialect_from(dialect)?,
         reference_streaming: false,
+        response_template: None,
     };
     let spec = options.resolve()?;
     let (inner, errors) =
