@@ -223,8 +223,8 @@ fn sub_parse(parser: Option<&Content>, raw: &str) -> Result<Value, String> {
 }
 
 /// A pattern compiled as the servers compile theirs: `.` matches newlines too.
-pub fn dotall(pattern: &str) -> Result<Regex, fancy_regex::Error> {
-    Regex::new(&format!("(?s:{pattern})"))
+pub fn dotall(pattern: &str) -> Result<Regex, String> {
+    Regex::new(&format!("(?s:{pattern})")).map_err(|e| e.to_string())
 }
 
 impl JsonArgs {
