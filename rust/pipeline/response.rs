@@ -396,6 +396,7 @@ impl ResponseState {
                 parser
             }
         });
+        let jailed_as_auto = jail.is_some();
         self.choices.push(Choice {
             index,
             detok: Detokenizer::new(self.tokenizer.clone(), self.plan.decode.clone()),
@@ -409,7 +410,10 @@ impl ResponseState {
             held_calls: Vec::new(),
             jailed: String::new(),
             answered_once: false,
+            // Not under kimi_k2's jail, which runs a forced choice as auto
+            // (live-checked: its leading `  ` is reasoning).
             leading_space: self.plan.tool_choice.forces_calls()
+                && !jailed_as_auto
                 && parsers.is_some_and(|s| s.reference_streaming && s.active_reasoning().is_some()),
             in_reasoning: false,
             content: String::new(),
