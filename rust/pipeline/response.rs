@@ -757,6 +757,7 @@ impl ResponseState {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
         let index = choice.index;
+        let one_bare_call = choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call());
         let reasoning = non_empty(&self.delta.reasoning);
         let has_calls = !self.delta.calls.is_empty();
         let mut role = if has_calls || reasoning.is_some() || finish.is_some() {
@@ -785,6 +786,7 @@ impl ResponseState {
         if finish.is_some() {
             let delta = ChatDelta {
                 role,
+                content: one_bare_call.then_some(""),
                 ..ChatDelta::default()
             };
             sse::begin_event(out);
