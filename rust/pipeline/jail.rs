@@ -539,6 +539,18 @@ impl ToolJail {
         }
     }
 
+    /// Dynamo's unary aggregator reads an answer again whole (qwen3_coder): the
+    /// calls the jail's parse finds, and the text before the first start marker
+    /// as written, whether calls were found or not (live-checked: `fine<tool_call> `
+    /// says `fine`, `ok <tool_call><function=f>` says `ok `).
+    pub fn reread(&self, text: &str) -> Option<Parsed> {
+        let at = self.rules.first_start(text)?;
+        Some(Parsed {
+            calls: self.parse(text).calls,
+            content: text[..at].to_owned(),
+        })
+    }
+
     fn parse(&self, text: &str) -> Parsed {
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);
@@ -552,7 +564,13 @@ impl ToolJail {
         if self.rules.hermes_whole {
             let parse = hermes_whole::parse_whole(text);
             if parse.calls.is_empty() {
-                return self.no_calls(text);
+                // The end marker that ended a guessed jail is not said
+                // (live-checked: `{"a":"` + `</tool_call>` releases `{"a":"`).
+                let mut parsed = self.no_calls(text);
+                for end in self.rules.ends {
+                    parsed.content = parsed.content.replace(end, "");
+                }
+                return parsed;
             }
             return Parsed {
                 calls: numbered(parse.calls),
@@ -594,16 +612,18 @@ impl ToolJail {
         }
     }
 
-    /// kimi_k2's calls; a release with calls says only the text before the first
-    /// start marker.
+    /// kimi_k2's calls; a release with calls says only the text before the
+    /// section marker, a `<|tool_call_begin|>` before it kept (live-checked:
+    /// `<|tool_call_begin|>x<|tool_calls_section_begin|>…` says
+    /// `<|tool_call_begin|>x`), else the text before the first start marker.
     fn parse_kimi(&self, text: &str) -> Parsed {
         let calls = kimi_whole::parse_whole(text);
         if calls.is_empty() {
             return self.no_calls(text);
         }
-        let content = self
-            .rules
-            .content_start(text)
+        let section = self.rules.starts.first().and_then(|m| text.find(m));
+        let content = section
+            .or_else(|| self.rules.content_start(text))
             .map_or(text, |at| &text[..at]);
         Parsed {
             calls: calls

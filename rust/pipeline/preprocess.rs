@@ -391,17 +391,16 @@ impl Preprocessor {
         // A parser that reads special-token markers needs the detokenizer to keep them;
         // everything else skips special tokens unless the request says otherwise, as
         // Dynamo 1.6.1 does.
-        // `/v1/completions` goes by the reasoning parser alone (live-checked with
-        // gpt_oss: its text keeps `<｜begin▁of▁sentence｜>`).
+        // `/v1/completions` too (live-checked: gpt_oss, and the harmony and kimi_k2
+        // tool parsers alone, keep `<｜begin▁of▁sentence｜>` in its text).
         let card = &self.card;
         let reasoning_keeps = card
             .reasoning_parser
             .is_some_and(|f| f.read_by(Dialect::Dynamo, true).info().keeps_special_tokens);
         let keeps_special_tokens = reasoning_keeps
-            || (reply.surface == Surface::Chat
-                && card
-                    .tool_call_parser
-                    .is_some_and(|f| f.info().keeps_special_tokens));
+            || card
+                .tool_call_parser
+                .is_some_and(|f| f.info().keeps_special_tokens);
         let skip_special_tokens = if keeps_special_tokens {
             Some(false)
         } else {

@@ -21,7 +21,9 @@ use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::is_valid;
 use crate::parsers::tools::harmony_whole;
+use crate::parsers::tools::json_calls::hermes_whole;
 use crate::parsers::{CallDelta, ChatParser, Delta};
+use serde_json::value::RawValue;
 
 /// The message Dynamo shows for any engine failure (the engine's own text stays inside).
 pub const INTERNAL_ERROR: &str = "Internal server error";
@@ -250,6 +252,36 @@ impl ResponseState {
                 }
             }
         }
+        if let Some(spec) = self.plan.parsers.as_ref().filter(|spec| {
+            !self.plan.stream
+                && spec.reference_streaming
+                && self.plan.surface == Surface::Chat
+                && !self.plan.tool_choice.forces_calls()
+                && spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder")
+        }) {
+            // Dynamo's unary aggregator reads a qwen3_coder answer cut by length
+            // without calls again when it holds a start marker (the jail let it
+            // out as text; live-checked: `fine<tool_call> ` says `fine`, while
+            // `<tool_call>|>` that stopped keeps its text).
+            let jail = qwen3_coder_jail(spec);
+            for choice in &mut self.choices {
+                if !choice.calls.is_empty() || choice.finish_reason != Some("length") {
+                    continue;
+                }
+                if let Some(parsed) = jail.reread(&choice.content) {
+                    choice.content = parsed.content;
+                    choice.calls = parsed
+                        .calls
+                        .into_iter()
+                        .map(|c| WholeCall {
+                            id: c.id,
+                            name: c.name,
+                            arguments: c.arguments,
+                        })
+                        .collect();
+                }
+            }
+        }
         let env = self.envelope();
         if self.plan.stream {
             if self.plan.include_usage {
@@ -364,6 +396,7 @@ impl ResponseState {
                 parser
             }
         });
+        let jailed_as_auto = jail.is_some();
         self.choices.push(Choice {
             index,
             detok: Detokenizer::new(self.tokenizer.clone(), self.plan.decode.clone()),
@@ -377,7 +410,10 @@ impl ResponseState {
             held_calls: Vec::new(),
             jailed: String::new(),
             answered_once: false,
+            // Not under kimi_k2's jail, which runs a forced choice as auto
+            // (live-checked: its leading `  ` is reasoning).
             leading_space: self.plan.tool_choice.forces_calls()
+                && !jailed_as_auto
                 && parsers.is_some_and(|s| s.reference_streaming && s.active_reasoning().is_some()),
             in_reasoning: false,
             content: String::new(),
@@ -530,22 +566,7 @@ impl ResponseState {
                             })
                             .collect()
                     } else {
-                        let tools = ChatParserSpec {
-                            reasoning: None,
-                            stream_arguments: false,
-                            ..spec.clone()
-                        };
-                        let (message, _) = parse_with(&choice.jailed, &tools);
-                        message
-                            .tool_calls
-                            .into_iter()
-                            .map(|call| CallDelta {
-                                index: call.index,
-                                id: Some(call.id),
-                                name: Some(call.name),
-                                arguments: call.arguments,
-                            })
-                            .collect()
+                        held_answer_calls(spec, &choice.jailed)
                     };
                 }
             }
@@ -560,8 +581,18 @@ impl ResponseState {
                     }
                 }
                 let jailed = std::mem::take(&mut choice.jailed);
+                let named = match &self.plan.tool_choice {
+                    ToolChoiceMode::Named(name) => Some(name.as_str()),
+                    _ => None,
+                };
+                let reread = (!parsed && !self.plan.stream)
+                    .then(|| reread_unary(&self.plan, &jailed, named))
+                    .flatten();
                 if !calls.is_empty() {
                     self.delta.calls = calls;
+                } else if let Some((calls, content)) = reread {
+                    self.delta.calls = calls;
+                    self.delta.content = content;
                 } else if !parsed && !jailed.is_empty() {
                     // Unary keeps it whole only when the model stopped by itself;
                     // otherwise only the text before a start marker, if any.
@@ -570,10 +601,16 @@ impl ResponseState {
                     } else if let Some(at) = first_start_marker(&self.plan, &jailed) {
                         self.delta.content = jailed[..at].to_owned();
                     }
-                } else if !parsed && reasoning_runs(&self.plan) {
-                    // Nothing to release after reasoning: Dynamo sends no last
-                    // chunk at all, so the finish reason is lost too (an empty
-                    // answer with no reasoning stage still gets its finish chunk).
+                } else if !parsed
+                    && reasoning_runs(&self.plan)
+                    && choice.reasoning_tokens > 0
+                    && self.delta.reasoning.is_empty()
+                {
+                    // Nothing to release after reasoning went out: Dynamo sends no
+                    // last chunk at all, so the finish reason is lost too. A last
+                    // step with reasoning text keeps it on its chunk, and an answer
+                    // with no reasoning before it gets its finish chunk (live-checked:
+                    // `ok t` cut by a stop string; `<thin` cut and dropped).
                     finish = None;
                 }
                 emptied = parsed && self.delta.calls.is_empty();
@@ -720,6 +757,7 @@ impl ResponseState {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
         let index = choice.index;
+        let one_bare_call = choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call());
         let reasoning = non_empty(&self.delta.reasoning);
         let has_calls = !self.delta.calls.is_empty();
         let mut role = if has_calls || reasoning.is_some() || finish.is_some() {
@@ -748,6 +786,7 @@ impl ResponseState {
         if finish.is_some() {
             let delta = ChatDelta {
                 role,
+                content: one_bare_call.then_some(""),
                 ..ChatDelta::default()
             };
             sse::begin_event(out);
@@ -783,9 +822,14 @@ impl ResponseState {
         count_reasoning(choice, &self.delta, tokens, answered);
         let parallel = self.plan.parallel_tool_calls;
         let mut parts: Vec<JailedPart> = Vec::with_capacity(4);
+        let named = match &self.plan.tool_choice {
+            ToolChoiceMode::Named(name) => Some(name.as_str()),
+            _ => None,
+        };
+        let finalized = finalized.map(|parsed| only_named(parsed, named));
         for parsed in std::mem::take(&mut released.parsed) {
             parts.push(JailedPart::parsed(
-                parsed,
+                only_named(parsed, named),
                 finish,
                 parallel,
                 &mut choice.calls_released,
@@ -918,6 +962,171 @@ impl ResponseState {
             sse::end_event(out);
         }
     }
+}
+
+/// A release under a forced named tool choice (kimi_k2 jails it as auto): calls
+/// to other tools are dropped (live-checked: a release of only those makes no
+/// chunk, and the finish reason stays `stop`).
+fn only_named(mut parsed: Parsed, named: Option<&str>) -> Parsed {
+    if let Some(name) = named {
+        parsed.calls.retain(|call| call.name == name);
+    }
+    parsed
+}
+
+/// A qwen3_coder jail, to read an answer whole as the reference does.
+fn qwen3_coder_jail(spec: &ChatParserSpec) -> ToolJail {
+    let markers = spec
+        .tool_call
+        .map_or(&[][..], |f| f.build(spec.tools.clone()).start_markers());
+    ToolJail::new(JailRules::for_family("qwen3_coder", markers), spec)
+}
+
+/// The calls in a forced tool choice's held answer, as Dynamo reads it at the end
+/// (not harmony): with qwen3_coder, JSON call objects ending the answer win over
+/// the family's calls (deepseek_v3_1 keeps its own); else the family's parse, where (hermes, qwen3_coder) a `<tool_call>`
+/// block the output ends inside is no call.
+fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
+    if spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder") {
+        if let Some(calls) = trailing_json_calls(answer) {
+            return calls;
+        }
+    }
+    let tools = ChatParserSpec {
+        reasoning: None,
+        stream_arguments: false,
+        ..spec.clone()
+    };
+    let answer = match spec.tool_call.map(|f| f.name()) {
+        Some("hermes" | "qwen3_coder") => closed_blocks(answer, "<tool_call>", "</tool_call>"),
+        Some("deepseek_v3_1") => closed_blocks(answer, DSV31_SECTION, DSV31_SECTION_END),
+        _ => answer,
+    };
+    let (message, _) = parse_with(answer, &tools);
+    message
+        .tool_calls
+        .into_iter()
+        .map(|call| CallDelta {
+            index: call.index,
+            id: Some(call.id),
+            name: Some(call.name),
+            arguments: call.arguments,
+        })
+        .collect()
+}
+
+const DSV31_SECTION: &str = "<｜tool▁calls▁begin｜>";
+const DSV31_SECTION_END: &str = "<｜tool▁calls▁end｜>";
+
+/// The held answer up to its last block end: a block the output ends inside is
+/// no call in a forced choice's answer (live-checked: hermes `hi <tool_call>
+/// {"name":"get_ti` streams as text; qwen3_coder drops a `<tool_call><function=f>`
+/// left open after a whole block, where its jail reads a call; deepseek_v3_1's
+/// calls count only in a section `<｜tool▁calls▁end｜>` closed).
+fn closed_blocks<'a>(answer: &'a str, open: &str, close: &str) -> &'a str {
+    match (answer.rfind(open), answer.rfind(close)) {
+        (Some(at), Some(end)) if at > end => &answer[..end + close.len()],
+        (Some(at), None) => &answer[..at],
+        _ => answer,
+    }
+}
+
+/// A JSON call object, or an array of them, that ends a forced choice's answer
+/// after other text is its calls, their arguments as written (live-checked,
+/// qwen3_coder: `hi ;[{"name":"get_time","arguments":{"tz": ""}}]` is the call
+/// with `{"tz": ""}`, also after a whole `<tool_call>` block; `parameters` count
+/// too; JSON followed by text is not read).
+fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
+    let text = answer.trim_end();
+    if !text.ends_with(['}', ']']) {
+        return None;
+    }
+    type CallObject = std::collections::BTreeMap<String, Box<RawValue>>;
+    let call = |object: &CallObject| {
+        let name: String = serde_json::from_str(object.get("name")?.get()).ok()?;
+        let arguments = object
+            .get("parameters")
+            .or_else(|| object.get("arguments"))?;
+        Some((name, arguments.get().to_owned()))
+    };
+    text.match_indices(['{', '[']).find_map(|(at, _)| {
+        let json = &text[at..];
+        let objects: Vec<CallObject> = match serde_json::from_str(json) {
+            Ok(objects) => objects,
+            Err(_) => vec![serde_json::from_str(json).ok()?],
+        };
+        let calls: Option<Vec<(String, String)>> = objects.iter().map(call).collect();
+        let calls = calls.filter(|calls| !calls.is_empty())?;
+        Some(
+            calls
+                .into_iter()
+                .enumerate()
+                .map(|(index, (name, arguments))| CallDelta {
+                    index,
+                    id: Some(new_call_id()),
+                    name: Some(name),
+                    arguments,
+                })
+                .collect(),
+        )
+    })
+}
+
+/// The unary answer to a forced tool choice whose held text streamed out without
+/// calls is read again whole, as Dynamo's unary aggregator does (live-checked):
+/// hermes by its whole parse (`hi <tool_call>{"name":"get_ti` is the call `get_ti`
+/// with `{}` and the content `hi`), deepseek_v3_1 by its parser, an unclosed
+/// section too, the content the text before the section as written (`hi `). A
+/// named choice keeps the text when no call to its tool is read.
+fn reread_unary(
+    plan: &ResponsePlan,
+    answer: &str,
+    named: Option<&str>,
+) -> Option<(Vec<CallDelta>, String)> {
+    let spec = plan.parsers.as_ref()?;
+    let (calls, content): (Vec<(String, String)>, String) = match spec.tool_call?.name() {
+        "hermes" => {
+            let parse = hermes_whole::parse_whole(answer);
+            (parse.calls, parse.content)
+        }
+        "qwen3_coder" => {
+            let parsed = qwen3_coder_jail(spec).reread(answer)?;
+            let calls = parsed.calls.into_iter();
+            (
+                calls.map(|c| (c.name, c.arguments)).collect(),
+                parsed.content,
+            )
+        }
+        "deepseek_v3_1" => {
+            let tools = ChatParserSpec {
+                reasoning: None,
+                stream_arguments: false,
+                ..spec.clone()
+            };
+            let (message, _) = parse_with(answer, &tools);
+            let before = answer
+                .find(DSV31_SECTION)
+                .map_or(answer, |at| &answer[..at]);
+            let calls = message.tool_calls.into_iter();
+            (
+                calls.map(|c| (c.name, c.arguments)).collect(),
+                before.to_owned(),
+            )
+        }
+        _ => return None,
+    };
+    let calls: Vec<CallDelta> = calls
+        .into_iter()
+        .filter(|(name, _)| named.map_or(true, |n| n == name))
+        .enumerate()
+        .map(|(index, (name, arguments))| CallDelta {
+            index,
+            id: Some(new_call_id()),
+            name: Some(name),
+            arguments,
+        })
+        .collect();
+    (!calls.is_empty()).then_some((calls, content))
 }
 
 /// Where the first tool-call start marker of the request's family begins.
