@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from shakedown._core import Pipeline
 
@@ -21,7 +22,24 @@ ARGS = {
     "filters": {"hourly": True, "fields": ["temp", "rain", "wind"], "note": 'a {brace} "quote"'},
 }
 
-FORMATS = {
+# A checkpoint's `response_template` (Qwen-style markers) for the `response_template` row.
+RESPONSE_TEMPLATE = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close": "</tool_call>",
+            "content": "json",
+            "transform": {
+                "type": "function",
+                "function": {"name": "{content.name}", "arguments": "{content.arguments}"},
+            },
+        },
+    },
+}
+
+FORMATS: dict[str, dict[str, Any]] = {
     "hermes": {"tool_call": "hermes"},
     "qwen3_coder": {"tool_call": "qwen3_coder"},
     "kimi_k2": {"tool_call": "kimi_k2"},
@@ -83,6 +101,13 @@ FORMATS = {
     "k2_horizon reasoning": {"reasoning": "k2_horizon"},
     "ling3": {"reasoning": "ling3"},
     "ernie45": {"reasoning": "ernie45"},
+    # Template-driven: Beam's built-in template, and a checkpoint's.
+    "beam": {"reasoning": "beam", "tool_call": "beam"},
+    "response_template": {
+        "reasoning": "hf",
+        "tool_call": "hf",
+        "response_template": RESPONSE_TEMPLATE,
+    },
 }
 
 # Reasoning each family's output opens with (see `output_text`).
@@ -117,6 +142,8 @@ REASONING_SPANS = {
     "k2_horizon reasoning": ("<ifm|think>", "</ifm|think>"),
     "ling3": ("<think>", "</think>"),
     "ernie45": ("<think>", "</think>"),
+    "beam": ("<|channel|>analysis<|message|>", "<|end|><|start|>assistant"),
+    "response_template": ("<think>", "</think>"),
 }
 
 
@@ -303,6 +330,16 @@ def call_text(fmt: str, index: int) -> str:
                 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
                 f"```json\n{args}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
             )
+        case "beam":
+            params = "".join(
+                f'<rfl:parameter name="{k}">\n{v}\n</rfl:parameter>' for k, v in _values()
+            )
+            return (
+                " to=get_weather<|channel|>analysis <|constrain|>xml<|message|>"
+                f"{params}<|end|><|start|>assistant"
+            )
+        case "response_template":
+            return f"<tool_call>{obj}</tool_call>"
         case "jamba":
             return f"<tool_calls>[{obj}]</tool_calls>"
         case "phi4":

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use _core::parsers::chat::ChatOptions;
+use _core::parsers::template::Template;
 use _core::parsers::{ChatParser, Delta, Tools};
 
 const PARAGRAPH: &str =
@@ -16,6 +17,12 @@ const PARAGRAPH: &str =
 temperatures stay between 7 and 12 °C. 東京の天気は晴れ。 Winds are calm. ";
 const ARGS: &str = r#"{"city": "Zürich", "days": 3, "units": "metric", "filters": {"hourly": true, "fields": ["temp", "rain", "wind"], "note": "a {brace} \"quote\""}}"#;
 const TOOLS: &str = r#"[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"},"units":{"type":"string"},"filters":{"type":"object"}}}}}]"#;
+
+/// A checkpoint's `response_template` (Qwen-style markers) for the `response_template` row.
+const RESPONSE_TEMPLATE: &str = r#"{"start_anchor": "<|im_start|>assistant\n", "fields": {
+  "thinking": {"open": "<think>", "close": "</think>"},
+  "tool_calls": {"open": "<tool_call>", "close": "</tool_call>", "content": "json",
+    "transform": {"type": "function", "function": {"name": "{content.name}", "arguments": "{content.arguments}"}}}}}"#;
 
 const FORMATS: &[(&str, Option<&str>, Option<&str>)] = &[
     ("hermes", None, Some("hermes")),
@@ -91,6 +98,9 @@ const FORMATS: &[(&str, Option<&str>, Option<&str>)] = &[
     ("k2_horizon reasoning", Some("k2_horizon"), None),
     ("ling3", Some("ling3"), None),
     ("ernie45", Some("ernie45"), None),
+    // Template-driven: Beam's built-in template, and a checkpoint's (`RESPONSE_TEMPLATE`).
+    ("beam", Some("beam"), Some("beam")),
+    ("response_template", Some("hf"), Some("hf")),
 ];
 
 /// The arguments as XML-style parameters write them: (key, text, is a string).
@@ -153,6 +163,12 @@ const REASONING_SPANS: &[(&str, &str, &str)] = &[
     ("k2_horizon reasoning", "<ifm|think>", "</ifm|think>"),
     ("ling3", "<think>", "</think>"),
     ("ernie45", "<think>", "</think>"),
+    (
+        "beam",
+        "<|channel|>analysis<|message|>",
+        "<|end|><|start|>assistant",
+    ),
+    ("response_template", "<think>", "</think>"),
 ];
 
 /// Every parameter written by `one(key, text, is_string)`, concatenated.
@@ -273,6 +289,11 @@ units:<escape>metric<escape>,filters:{hourly:true,fields:[<escape>temp<escape>,<
 <|plamo:end_tool_arguments:plamo|><|plamo:end_tool_request:plamo|><|plamo:end_tool_requests:plamo|>"
         ),
         "glm45" => format!("<tool_call>get_weather\n{kv}</tool_call>"),
+        "beam" => format!(
+            " to=get_weather<|channel|>analysis <|constrain|>xml<|message|>{}<|end|><|start|>assistant",
+            params(|k, v, _| format!("<rfl:parameter name=\"{k}\">\n{v}\n</rfl:parameter>"))
+        ),
+        "response_template" => format!("<tool_call>{obj}</tool_call>"),
         "glm47" => format!(
             "<tool_call>get_weather{}</tool_call>",
             params(|k, v, _| format!("<arg_key>{k}</arg_key><arg_value>{v}</arg_value>"))
@@ -411,6 +432,8 @@ fn main() {
             force_nonempty_content: false,
             dialect: Default::default(),
             reference_streaming: false,
+            response_template: (*fmt == "response_template")
+                .then(|| Arc::new(Template::from_json(RESPONSE_TEMPLATE).unwrap())),
         };
         let mut per_piece = Vec::new();
         let mut per_byte = Vec::new();

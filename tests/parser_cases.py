@@ -23,6 +23,7 @@ class Case:
     thinking: bool | None = None
     force_nonempty_content: bool = False
     dialect: str = "dynamo"
+    response_template: dict[str, Any] | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -47,6 +48,7 @@ def load_cases() -> list[Case]:
                     thinking=pick("thinking"),
                     force_nonempty_content=bool(pick("force_nonempty_content")),
                     dialect=pick("dialect") or "dynamo",
+                    response_template=pick("response_template"),
                 )
                 case.options = {
                     "reasoning": case.reasoning,
@@ -56,6 +58,7 @@ def load_cases() -> list[Case]:
                     "thinking": case.thinking,
                     "force_nonempty_content": case.force_nonempty_content,
                     "dialect": case.dialect,
+                    "response_template": case.response_template,
                 }
                 cases.append(case)
     return cases

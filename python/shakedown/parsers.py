@@ -21,6 +21,11 @@ whether a request can switch reasoning parsing off, whitespace-only content befo
 calls, calls to undeclared tools, whether unmarked output starts inside reasoning
 (docs/parsers.md, Dialects). ``tools`` may also be given as JSON text: each distinct
 text is read once.
+
+``response_template`` is the checkpoint's response template (its tokenizer config's
+``response_template`` object, or its JSON text), which the ``response_template``
+families (vLLM's ``hf``) parse with (without one, their text passes through as
+content); ``beam`` has Beam's built in.
 """
 
 from shakedown._core import (

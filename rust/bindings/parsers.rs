@@ -10,6 +10,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 use super::detach_if_large;
 use super::errors::InvalidTools;
+use crate::parsers::template::Template;
 use crate::parsers::{self, chat::ChatOptions, dialect::Dialect, Tools};
 
 fn none_if_empty(s: &str) -> Option<&str> {
@@ -128,6 +129,41 @@ fn tools_from_text(text: &str) -> PyResult<Arc<Tools>> {
     Ok(tools)
 }
 
+/// The checkpoint's `response_template` (an object, or its JSON text), read once per
+/// distinct text as tools are.
+fn template_from_py(
+    py: Python<'_>,
+    template: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Arc<Template>>> {
+    let Some(template) = template.filter(|t| !t.is_none()) else {
+        return Ok(None);
+    };
+    let text: String = match template.cast::<PyString>() {
+        Ok(text) => text.to_str()?.to_owned(),
+        Err(_) => py
+            .import("json")?
+            .call_method1("dumps", (template,))?
+            .extract()?,
+    };
+    let mut cache = TEMPLATES_BY_TEXT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(at) = cache.iter().position(|(key, _)| *key == text) {
+        let hit = cache.remove(at);
+        let loaded = hit.1.clone();
+        cache.push(hit);
+        return Ok(Some(loaded));
+    }
+    let loaded =
+        Arc::new(Template::from_json(&text).map_err(|e| PyValueError::new_err(e.to_string()))?);
+    if cache.len() == TEMPLATES_CACHED {
+        cache.remove(0);
+    }
+    cache.push((text, loaded.clone()));
+    Ok(Some(loaded))
+}
+
+static TEMPLATES_BY_TEXT: Mutex<Vec<(String, Arc<Template>)>> = Mutex::new(Vec::new());
+const TEMPLATES_CACHED: usize = 8;
+
 fn parse_errors<'py>(
     py: Python<'py>,
     errors: &[parsers::ParseError],
@@ -178,8 +214,10 @@ impl ReasoningParser {
     /// `tool_call`: a tool-call family whose calls end reasoning, as in `ChatParser`;
     /// the call's text comes out as content, for a tool parser run apart.
     #[new]
-    #[pyo3(signature = (name, *, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo", tool_call=None))]
+    #[pyo3(signature = (name, *, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo", tool_call=None, response_template=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         name: &str,
         in_reasoning: Option<bool>,
         thinking: Option<bool>,
@@ -187,8 +225,10 @@ impl ReasoningParser {
         force_nonempty_content: bool,
         dialect: &str,
         tool_call: Option<&str>,
+        response_template: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let options = ChatOptions {
+            response_template: template_from_py(py, response_template)?,
             reasoning: Some(name.to_owned()),
             tool_call: tool_call.map(str::to_owned),
             in_reasoning: starts_inside(in_reasoning, force_reasoning),
@@ -221,15 +261,17 @@ pub struct ToolCallParser {
 #[pymethods]
 impl ToolCallParser {
     #[new]
-    #[pyo3(signature = (name, *, tools=None, stream_arguments=true, dialect="dynamo"))]
+    #[pyo3(signature = (name, *, tools=None, stream_arguments=true, dialect="dynamo", response_template=None))]
     fn new(
         py: Python<'_>,
         name: &str,
         tools: Option<&Bound<'_, PyAny>>,
         stream_arguments: bool,
         dialect: &str,
+        response_template: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let options = ChatOptions {
+            response_template: template_from_py(py, response_template)?,
             tool_call: Some(name.to_owned()),
             tools: tools_from_py(py, tools)?,
             stream_arguments,
@@ -264,7 +306,7 @@ pub struct ChatParser {
 #[pymethods]
 impl ChatParser {
     #[new]
-    #[pyo3(signature = (*, reasoning=None, tool_call=None, tools=None, stream_arguments=true, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo"))]
+    #[pyo3(signature = (*, reasoning=None, tool_call=None, tools=None, stream_arguments=true, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo", response_template=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -277,6 +319,7 @@ impl ChatParser {
         force_reasoning: bool,
         force_nonempty_content: bool,
         dialect: &str,
+        response_template: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let options = ChatOptions {
             reasoning: reasoning.map(str::to_owned),
@@ -288,6 +331,7 @@ impl ChatParser {
             force_nonempty_content,
             dialect: dialect_from(dialect)?,
             reference_streaming: false,
+            response_template: template_from_py(py, response_template)?,
         };
         Ok(Self {
             engine: Engine::new(&options)?,
@@ -389,7 +433,7 @@ fn starts_inside(in_reasoning: Option<bool>, force_reasoning: bool) -> Option<bo
 
 /// Parse a whole output at once; equal to the concatenation of any streamed run.
 #[pyfunction]
-#[pyo3(signature = (text, *, reasoning=None, tool_call=None, tools=None, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo"))]
+#[pyo3(signature = (text, *, reasoning=None, tool_call=None, tools=None, in_reasoning=None, thinking=None, force_reasoning=false, force_nonempty_content=false, dialect="dynamo", response_template=None))]
 #[allow(clippy::too_many_arguments)]
 fn parse(
     py: Python<'_>,
@@ -402,6 +446,7 @@ fn parse(
     force_reasoning: bool,
     force_nonempty_content: bool,
     dialect: &str,
+    response_template: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Message> {
     let options = ChatOptions {
         reasoning: reasoning.map(str::to_owned),
@@ -413,6 +458,7 @@ fn parse(
         force_nonempty_content,
         dialect: dialect_from(dialect)?,
         reference_streaming: false,
+        response_template: template_from_py(py, response_template)?,
     };
     let spec = options.resolve()?;
     let (inner, errors) =

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::dialect::{Dialect, SpaceBeforeCalls};
 use super::options::{empty_content_gets_reasoning, reasoning_off};
 use super::registry::{ReasoningFamily, ToolCallFamily, UnknownParser};
+use super::template::Template;
 use super::{CallSink, Delta, Message, ParseError, ReasoningParse, ToolParse, Tools};
 
 pub struct ChatParser {
@@ -42,6 +43,9 @@ pub struct ChatOptions {
     /// result then depends on how the text was cut. Only the pipeline sets this,
     /// for byte parity with the reference; the standalone parsers never do.
     pub reference_streaming: bool,
+    /// The template the `response_template` / `beam` families parse with (the
+    /// checkpoint's `response_template`; `beam` has its own built in).
+    pub response_template: Option<Arc<Template>>,
 }
 
 impl ChatOptions {
@@ -65,6 +69,7 @@ impl ChatOptions {
             force_nonempty_content: self.force_nonempty_content,
             dialect: self.dialect,
             reference_streaming: self.reference_streaming,
+            response_template: self.response_template.clone(),
         })
     }
 }
@@ -82,6 +87,7 @@ pub struct ChatParserSpec {
     pub force_nonempty_content: bool,
     pub dialect: Dialect,
     pub reference_streaming: bool,
+    pub response_template: Option<Arc<Template>>,
 }
 
 impl ChatParserSpec {
@@ -118,7 +124,7 @@ impl ChatParser {
             } else {
                 Arc::new(spec.tools.in_dialect(dialect))
             };
-            family.build(schema_tools)
+            family.build_with(schema_tools, spec.response_template.clone())
         });
         let exit_markers = match (&tools, spec.reasoning) {
             (Some(t), Some(r)) if dialect.call_ends_reasoning(r.name()) => t.start_markers(),
@@ -140,7 +146,12 @@ impl ChatParser {
                 .in_reasoning
                 .or((thinking == Some(false)).then_some(false))
                 .or(dialect.starts_in_reasoning(family.name()));
-            family.build(in_reasoning, exit_markers, spec.reference_streaming)
+            family.build_with(
+                in_reasoning,
+                exit_markers,
+                spec.reference_streaming,
+                spec.response_template.clone(),
+            )
         });
         Self {
             reasoning,

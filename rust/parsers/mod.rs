@@ -14,6 +14,7 @@ pub mod options;
 pub mod reasoning;
 pub mod registry;
 pub mod schema;
+pub mod template;
 pub mod tools;
 
 pub use calls::{CallSink, ParseError};

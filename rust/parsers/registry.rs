@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::dialect::Dialect;
+use super::template::{self, Template};
 use super::{reasoning, tools, ReasoningParse, ToolParse, Tools};
 
 /// A parser family: its canonical name, the other names it answers to, and what a
@@ -122,6 +123,9 @@ const REASONING: &[ParserInfo] = &[
             "deepseek-v4.1",
         ],
     ),
+    // Driven by the checkpoint's response template (see `super::template`).
+    special("response_template", &["hf"]),
+    special("beam", &[]),
 ];
 
 const TOOL_CALL: &[ParserInfo] = &[
@@ -217,6 +221,9 @@ const TOOL_CALL: &[ParserInfo] = &[
     info("xlam", &[]),
     info("plamo3", &[]),
     info("minicpm5", &[]),
+    // Driven by the checkpoint's response template (see `super::template`).
+    special("response_template", &["hf"]),
+    special("beam", &[]),
     info("default", &[]),
 ];
 
@@ -407,7 +414,21 @@ impl ReasoningFamily {
         exit_markers: &'static [&'static str],
         reference_streaming: bool,
     ) -> Box<dyn ReasoningParse> {
+        self.build_with(in_reasoning, exit_markers, reference_streaming, None)
+    }
+
+    /// [`Self::build`], with the response template a template family parses with.
+    pub fn build_with(
+        self,
+        in_reasoning: Option<bool>,
+        exit_markers: &'static [&'static str],
+        reference_streaming: bool,
+        response_template: Option<Arc<Template>>,
+    ) -> Box<dyn ReasoningParse> {
         let in_reasoning = in_reasoning.or(self.starts_in_reasoning.then_some(true));
+        if template::is_template_family(self.info.name) {
+            return template::reasoning_parser(self.info.name, response_template, in_reasoning);
+        }
         reasoning::build(
             self.info.name,
             in_reasoning,
@@ -455,6 +476,18 @@ impl ToolCallFamily {
 
     /// A parser for the request's `tools` (used by schema-typed formats).
     pub fn build(self, tools: Arc<Tools>) -> Box<dyn ToolParse> {
+        self.build_with(tools, None)
+    }
+
+    /// [`Self::build`], with the response template a template family parses with.
+    pub fn build_with(
+        self,
+        tools: Arc<Tools>,
+        response_template: Option<Arc<Template>>,
+    ) -> Box<dyn ToolParse> {
+        if template::is_template_family(self.info.name) {
+            return template::tool_parser(self.info.name, response_template, tools);
+        }
         tools::build(self.info.name, tools)
     }
 }

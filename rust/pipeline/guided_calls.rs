@@ -4,6 +4,11 @@
 //! arguments go out as their raw text grows; in an array the brace that closes them
 //! waits until their element closes too. An answer that does not open with the JSON
 //! is plain text.
+//!
+//! Live-checked beyond the guided shape: an element's arguments are its `parameters`
+//! or its `arguments` object (a string value is no call), and a `required` answer
+//! that is call objects without the array (`{"name", "arguments"}`, one or several)
+//! streams the same way.
 
 use crate::parsers::dialect::Dialect;
 use crate::parsers::CallDelta;
@@ -51,10 +56,11 @@ impl GuidedCalls {
     pub fn feed(&mut self, piece: &str) -> Shape {
         self.text.push_str(piece);
         if self.shape == Shape::Undecided {
-            let opener = if self.named.is_some() { '{' } else { '[' };
+            let named = self.named.is_some();
             self.shape = match self.text.trim_start().chars().next() {
                 None => Shape::Undecided,
-                Some(c) if c == opener => Shape::Json,
+                Some('{') => Shape::Json,
+                Some('[') if !named => Shape::Json,
                 Some(_) => Shape::Text,
             };
         }
@@ -99,6 +105,17 @@ impl GuidedCalls {
         !self.sent.is_empty()
     }
 
+    /// A `required` answer that is exactly one whole call object, no array around it
+    /// and nothing after it: Dynamo's last chunk then says `"content":""`
+    /// (live-checked, mistral; `{…} hi`, `{…}{…}`, a cut object or an array: `{}`).
+    pub fn is_one_bare_call(&self) -> bool {
+        self.named.is_none()
+            && matches!(
+                serde_json::from_str::<serde_json::Value>(&self.text),
+                Ok(serde_json::Value::Object(_))
+            )
+    }
+
     /// Every call whole (unary).
     pub fn whole(&self, out: &mut Vec<CallDelta>) {
         for (index, span) in self.spans().into_iter().enumerate() {
@@ -126,7 +143,13 @@ impl GuidedCalls {
                 closed: end.is_some(),
             }];
         }
-        elements(&self.text)
+        // Call objects without the array are read as its elements.
+        let call_depth = if self.text.trim_start().starts_with('{') {
+            1
+        } else {
+            2
+        };
+        elements(&self.text, call_depth)
     }
 }
 
@@ -160,11 +183,12 @@ fn closing(text: &str, start: usize) -> Option<usize> {
     None
 }
 
-/// The `{"name", "parameters"}` elements of a `required` array, as far as it goes.
-fn elements(text: &str) -> Vec<Span> {
+/// The `{"name", "parameters" | "arguments"}` calls of a `required` answer, as far as
+/// it goes: the elements of an array (call objects at depth 2), or bare call objects
+/// one after another (depth 1).
+fn elements(text: &str, call_depth: usize) -> Vec<Span> {
     let bytes = text.as_bytes();
     let mut spans = Vec::new();
-    // Depth 1: inside the array; depth 2: inside an element object.
     let mut depth = 0usize;
     let mut key: Option<String> = None;
     let mut expect_key = false;
@@ -176,7 +200,7 @@ fn elements(text: &str) -> Vec<Span> {
                 let Some(end) = string_end(bytes, i) else {
                     break;
                 };
-                if depth == 2 {
+                if depth == call_depth {
                     let value: Option<String> = serde_json::from_str(&text[i..end]).ok();
                     if expect_key {
                         key = value;
@@ -191,8 +215,9 @@ fn elements(text: &str) -> Vec<Span> {
                 i = end;
                 continue;
             }
-            b'{' | b'[' if depth == 2 => {
-                let is_args = b == b'{' && key.as_deref() == Some("parameters");
+            b'{' | b'[' if depth == call_depth => {
+                let is_args =
+                    b == b'{' && matches!(key.as_deref(), Some("parameters" | "arguments"));
                 let end = closing(text, i);
                 if is_args {
                     if let Some(span) = spans.last_mut() {
@@ -210,20 +235,20 @@ fn elements(text: &str) -> Vec<Span> {
             }
             b'{' | b'[' => {
                 depth += 1;
-                if depth == 2 {
+                if depth == call_depth {
                     spans.push(Span::default());
                     expect_key = true;
                 }
             }
             b'}' | b']' => {
-                if depth == 2 {
+                if depth == call_depth {
                     if let Some(span) = spans.last_mut() {
                         span.closed = true;
                     }
                 }
                 depth = depth.saturating_sub(1);
             }
-            b',' if depth == 2 => expect_key = true,
+            b',' if depth == call_depth => expect_key = true,
             _ => {}
         }
         i += 1;
@@ -252,7 +277,7 @@ mod tests {
     #[test]
     fn required_array_yields_each_element_arguments() {
         let text = r#" [{"name": "a", "parameters": {"x": "}"}}, {"name": "b", "parameters": {}}]"#;
-        let spans = elements(text);
+        let spans = elements(text, 2);
         assert_eq!(spans.len(), 2);
         let args: Vec<_> = spans
             .iter()

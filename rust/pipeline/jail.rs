@@ -539,6 +539,18 @@ impl ToolJail {
         }
     }
 
+    /// Dynamo's unary aggregator reads an answer again whole (qwen3_coder): the
+    /// calls the jail's parse finds, and the text before the first start marker
+    /// as written, whether calls were found or not (live-checked: `fine<tool_call> `
+    /// says `fine`, `ok <tool_call><function=f>` says `ok `).
+    pub fn reread(&self, text: &str) -> Option<Parsed> {
+        let at = self.rules.first_start(text)?;
+        Some(Parsed {
+            calls: self.parse(text).calls,
+            content: text[..at].to_owned(),
+        })
+    }
+
     fn parse(&self, text: &str) -> Parsed {
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);

@@ -234,6 +234,7 @@ impl Preprocessor {
             // streaming quirks only in Dynamo's.
             dialect: self.card.parser_dialect,
             reference_streaming: self.card.parser_dialect == Dialect::Dynamo,
+            response_template: None,
         };
         // Switched off, no reasoning parser runs: no `reasoning_tokens` either.
         parsers.reasoning = parsers.active_reasoning();

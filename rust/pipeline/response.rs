@@ -252,6 +252,36 @@ impl ResponseState {
                 }
             }
         }
+        if let Some(spec) = self.plan.parsers.as_ref().filter(|spec| {
+            !self.plan.stream
+                && spec.reference_streaming
+                && self.plan.surface == Surface::Chat
+                && !self.plan.tool_choice.forces_calls()
+                && spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder")
+        }) {
+            // Dynamo's unary aggregator reads a qwen3_coder answer cut by length
+            // without calls again when it holds a start marker (the jail let it
+            // out as text; live-checked: `fine<tool_call> ` says `fine`, while
+            // `<tool_call>|>` that stopped keeps its text).
+            let jail = qwen3_coder_jail(spec);
+            for choice in &mut self.choices {
+                if !choice.calls.is_empty() || choice.finish_reason != Some("length") {
+                    continue;
+                }
+                if let Some(parsed) = jail.reread(&choice.content) {
+                    choice.content = parsed.content;
+                    choice.calls = parsed
+                        .calls
+                        .into_iter()
+                        .map(|c| WholeCall {
+                            id: c.id,
+                            name: c.name,
+                            arguments: c.arguments,
+                        })
+                        .collect();
+                }
+            }
+        }
         let env = self.envelope();
         if self.plan.stream {
             if self.plan.include_usage {
@@ -366,6 +396,7 @@ impl ResponseState {
                 parser
             }
         });
+        let jailed_as_auto = jail.is_some();
         self.choices.push(Choice {
             index,
             detok: Detokenizer::new(self.tokenizer.clone(), self.plan.decode.clone()),
@@ -379,7 +410,10 @@ impl ResponseState {
             held_calls: Vec::new(),
             jailed: String::new(),
             answered_once: false,
+            // Not under kimi_k2's jail, which runs a forced choice as auto
+            // (live-checked: its leading `  ` is reasoning).
             leading_space: self.plan.tool_choice.forces_calls()
+                && !jailed_as_auto
                 && parsers.is_some_and(|s| s.reference_streaming && s.active_reasoning().is_some()),
             in_reasoning: false,
             content: String::new(),
@@ -723,6 +757,7 @@ impl ResponseState {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
         let index = choice.index;
+        let one_bare_call = choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call());
         let reasoning = non_empty(&self.delta.reasoning);
         let has_calls = !self.delta.calls.is_empty();
         let mut role = if has_calls || reasoning.is_some() || finish.is_some() {
@@ -751,6 +786,7 @@ impl ResponseState {
         if finish.is_some() {
             let delta = ChatDelta {
                 role,
+                content: one_bare_call.then_some(""),
                 ..ChatDelta::default()
             };
             sse::begin_event(out);
@@ -938,6 +974,14 @@ fn only_named(mut parsed: Parsed, named: Option<&str>) -> Parsed {
     parsed
 }
 
+/// A qwen3_coder jail, to read an answer whole as the reference does.
+fn qwen3_coder_jail(spec: &ChatParserSpec) -> ToolJail {
+    let markers = spec
+        .tool_call
+        .map_or(&[][..], |f| f.build(spec.tools.clone()).start_markers());
+    ToolJail::new(JailRules::for_family("qwen3_coder", markers), spec)
+}
+
 /// The calls in a forced tool choice's held answer, as Dynamo reads it at the end
 /// (not harmony): with qwen3_coder, JSON call objects ending the answer win over
 /// the family's calls (deepseek_v3_1 keeps its own); else the family's parse, where (hermes, qwen3_coder) a `<tool_call>`
@@ -1044,6 +1088,14 @@ fn reread_unary(
         "hermes" => {
             let parse = hermes_whole::parse_whole(answer);
             (parse.calls, parse.content)
+        }
+        "qwen3_coder" => {
+            let parsed = qwen3_coder_jail(spec).reread(answer)?;
+            let calls = parsed.calls.into_iter();
+            (
+                calls.map(|c| (c.name, c.arguments)).collect(),
+                parsed.content,
+            )
         }
         "deepseek_v3_1" => {
             let tools = ChatParserSpec {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use _core::parsers::chat::ChatOptions;
 use _core::parsers::dialect::Dialect;
+use _core::parsers::template::Template;
 use _core::parsers::Tools;
 use serde_json::Value;
 
@@ -67,6 +68,9 @@ pub fn load() -> Vec<Case> {
                     .map(|d| d.parse().unwrap())
                     .unwrap_or_default(),
                 reference_streaming: false,
+                response_template: pick("response_template").map(|t| {
+                    Arc::new(Template::from_value(&t).expect("a valid response_template"))
+                }),
             };
             out.push(Case {
                 id_prefix: match options.dialect {

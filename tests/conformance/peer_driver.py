@@ -399,6 +399,12 @@ def main() -> int:
         if key not in tokenizers:
             tokenizers[key] = TOKENIZERS[key[0]](args.tokenizer, list(key[1:]))
         tok = tokenizers[key]
+        # vLLM's `beam` reads the checkpoint's `response_template` metadata: a Beam
+        # checkpoint's is the profile SGLang ships.
+        if "beam" in (case["tool"], case["reasoning"]) and not hasattr(tok, "response_template"):
+            from sglang.srt.parser.beam import BEAM_RESPONSE_TEMPLATE
+
+            tok.response_template = BEAM_RESPONSE_TEMPLATE  # type: ignore[attr-defined]
         deltas = token_deltas(tok, case["text"])
         text = "".join(d for d, _ in deltas)
         ids = [i for _, group in deltas for i in group]

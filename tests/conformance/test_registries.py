@@ -1,7 +1,6 @@
 """Coverage: every tool-call and reasoning parser name NVIDIA Dynamo 1.6.1, vLLM 0.34.0 and
 SGLang 0.5.23 register, read from their own registries, resolves in `shakedown.parsers`
-(as a family or one of its aliases), except the names docs/parsers.md leaves out with its
-reason ("Left out, and why").
+(as a family or one of its aliases).
 
 Dynamo's names come from `dynamo._core` in the Dynamo venv (tools/dynamo_venv.sh), vLLM's and
 SGLang's from their registries in the peers' venv (tools/peers_venv.sh, through the
@@ -22,11 +21,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import peers
 
 from shakedown.parsers import reasoning_parsers, tool_call_parsers
-
-# Not a fixed format: a parser built from the checkpoint's `response_template` metadata
-# (vLLM's `hf`, `beam`; SGLang's `response_template`, and its `beam`, a response-template
-# profile that constrains generation with a grammar built from it).
-LEFT_OUT = {"beam", "hf", "response_template"}
 
 KINDS = {"tool": tool_call_parsers, "reasoning": reasoning_parsers}
 
@@ -79,14 +73,5 @@ def test_every_registered_name_resolves(
 ) -> None:
     names = registries[server][kind]
     assert len(names) >= 30, (server, kind, names)  # the registry was really read
-    missing = sorted(n for n in names if n.lower() not in ours(kind) | LEFT_OUT)
+    missing = sorted(n for n in names if n.lower() not in ours(kind))
     assert missing == []
-
-
-def test_left_out_names_are_still_registered(
-    registries: dict[str, dict[str, list[str]]],
-) -> None:
-    """An exception that no server needs any more goes."""
-    registered = {n for kinds in registries.values() for names in kinds.values() for n in names}
-    assert registered >= LEFT_OUT
-    assert not LEFT_OUT & (ours("tool") | ours("reasoning"))

@@ -303,6 +303,34 @@ def _harmony(rng: random.Random, fam: Family, long_content: int) -> str:
     return "<|start|>assistant".join(messages)
 
 
+def _beam(rng: random.Random, fam: Family, long_content: int) -> str:
+    """A Beam checkpoint's output after the prompt's `<|start|>assistant`: reasoning in the
+    analysis channel, then either the final answer or calls (` to=F`, arguments as
+    `<rfl:parameter>` elements in name order), each call but the last ending at the next
+    message's start, the last at the `<|call|>` stop token."""
+    lead = " ".join(_sentence(rng) for _ in range(long_content))
+    out = ""
+    if long_content or rng.random() < 0.85:
+        out += f"<|channel|>analysis<|message|>{_text(rng)}<|end|><|start|>assistant"
+    if fam.ours[1] and (long_content or rng.random() < 0.65):
+        calls = [_call(rng) for _ in range(rng.choices((1, 2), (3, 1))[0])]
+        out += "<|end|><|start|>assistant".join(
+            f" to={c.name}<|channel|>analysis <|constrain|>xml<|message|>"
+            + "".join(
+                f'<rfl:parameter name="{k}">\n{_value(c.args[k])}\n</rfl:parameter>'
+                for k in sorted(c.args)
+            )
+            for c in calls
+        )
+        return out + "<|call|>"
+    end = rng.choice(("", "<|return|>"))
+    return out + f"<|channel|>final<|message|>{lead or _text(rng)}{end}"
+
+
+BEAM = ("<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|call|>",
+        "<|return|>")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Reasoning:
     """A reasoning format: its markers, and whether output starts inside reasoning."""
@@ -397,6 +425,9 @@ FAMILIES: tuple[Family, ...] = (
            tokens=("<|action_start|>", "<|plugin|>", "<|action_end|>")),
     Family("harmony", ("gpt_oss", "harmony"), ("openai_gptoss", "openai"), ("gpt-oss", "gpt-oss"),
            compose=_harmony, tokens=HARMONY, vocab="harmony"),
+    # Parsed with Beam's response template (SGLang's built-in; vLLM reads the checkpoint's).
+    Family("beam", ("beam", "beam"), ("beam", "beam"), ("beam", "beam"), compose=_beam,
+           tokens=BEAM),
     # Reasoning alone.
     Family("deepseek_r1", ("deepseek_r1", None), ("deepseek_r1", None), ("deepseek-r1", None),
            reasoning=THINK_INSIDE, tokens=("<think>", "</think>")),
