@@ -155,7 +155,9 @@ fn append_think_prefixes_content_once() {
 #[test]
 fn fixtures_survive_every_cut() {
     use crate::parsers::registry::ReasoningFamily;
+    use crate::parsers::template::Template;
     use serde_json::Value;
+    use std::sync::Arc;
 
     let dir =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parsers/reasoning");
@@ -174,6 +176,10 @@ fn fixtures_survive_every_cut() {
                 .get("dialect")
                 .and_then(Value::as_str)
                 .map_or(Dialect::Dynamo, |d| d.parse().unwrap());
+            let template = case
+                .get("response_template")
+                .or(doc.get("response_template"))
+                .map(|t| Arc::new(Template::from_value(t).unwrap()));
             let text = case["text"].as_str().unwrap();
             let want = (
                 case["expect"]["reasoning_content"].as_str().unwrap_or(""),
@@ -195,7 +201,7 @@ fn fixtures_survive_every_cut() {
                     let mut parser = ReasoningFamily::resolve(name)
                         .unwrap()
                         .read_by(dialect, false)
-                        .build(in_reasoning, &[], false);
+                        .build_with(in_reasoning, &[], false, template.clone());
                     let mut out = Delta::default();
                     for piece in [&text[..i], &text[i..j], &text[j..]] {
                         parser.feed(piece, &mut out);
