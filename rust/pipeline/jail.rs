@@ -18,6 +18,7 @@ use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
 use crate::parsers::tools::harmony_whole::{self, parse_whole as parse_whole_harmony};
+use crate::parsers::tools::json_calls::default_whole::{self, Reading};
 use crate::parsers::tools::json_calls::{hermes_whole, kimi_whole, pythonic_whole};
 use crate::parsers::ToolCall;
 
@@ -77,6 +78,9 @@ pub struct JailRules {
     /// Held text is read by Dynamo's own kimi_k2 parse
     /// ([`kimi_whole`](crate::parsers::tools::json_calls::kimi_whole)).
     kimi_whole: bool,
+    /// Held text is read by Dynamo's own `default` parse
+    /// ([`default_whole`](crate::parsers::tools::json_calls::default_whole)).
+    default_whole: bool,
     /// Held text without a call is kept as text when no end marker closed it
     /// and it lacks this inner marker (qwen3_coder's `<function=`: Dynamo reads
     /// such a block as plain text).
@@ -153,6 +157,7 @@ impl JailRules {
             ends_on_calls: ends.is_empty() || matches!(name, "default" | "mistral"),
             hermes_whole: name == "hermes",
             kimi_whole: name == "kimi_k2",
+            default_whole: name == "default",
             unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
             bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
         }
@@ -447,7 +452,7 @@ impl ToolJail {
         if held.is_empty() {
             return None;
         }
-        Some(self.parse(&held))
+        Some(self.parse_at(&held, Reading::End))
     }
 
     /// The jail ends at the first end marker or, where the family allows it (see
@@ -484,7 +489,7 @@ impl ToolJail {
                 }
             }
             None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
-                && self.could_be_whole()
+                && (self.rules.default_whole || self.could_be_whole())
                 && !self.parse(&self.held).calls.is_empty() =>
             {
                 self.list_end()
@@ -552,6 +557,15 @@ impl ToolJail {
     }
 
     fn parse(&self, text: &str) -> Parsed {
+        self.parse_at(text, Reading::Streaming)
+    }
+
+    /// The whole parse of held text; `reading` says whether output is over
+    /// (families whose parser reads more then).
+    fn parse_at(&self, text: &str, reading: Reading) -> Parsed {
+        if self.rules.default_whole {
+            return parse_default(text, reading);
+        }
         if self.rules.trigger == Trigger::Pythonic {
             return parse_pythonic(text);
         }
@@ -697,6 +711,28 @@ fn parse_pythonic(text: &str) -> Parsed {
             calls: Vec::new(),
             content: String::new(),
         },
+    }
+}
+
+/// Dynamo's `default` parser over the held text. Without calls the jail lets
+/// the held text out as it was, unless the parser says nothing (a marker with
+/// no JSON after it, `<TOOLCALL></TOOLCALL>`): then nothing (live-checked:
+/// `<|python_tag|>{"name":"f"}  ` goes out whole).
+fn parse_default(text: &str, reading: Reading) -> Parsed {
+    let parse = default_whole::parse_whole(text, reading);
+    if parse.calls.is_empty() {
+        return Parsed {
+            calls: Vec::new(),
+            content: if parse.content.is_empty() {
+                String::new()
+            } else {
+                text.to_owned()
+            },
+        };
+    }
+    Parsed {
+        calls: numbered(parse.calls),
+        content: parse.content,
     }
 }
 

@@ -1,0 +1,274 @@
+//! Dynamo 1.6.1's `default` tool parser over a whole text, as its tool jail runs it
+//! (measured against its frontend; only the pipeline's reference mode uses it).
+//! The start markers are `<TOOLCALL>` then `<|python_tag|>`, each tried with the
+//! end marker `</TOOLCALL>` and then with none:
+//!
+//! - no start marker: the JSON is the text from its first `{` or `[` on, the
+//!   content the text before it;
+//! - with an end marker: the trimmed insides of every `<TOOLCALL>…</TOOLCALL>`
+//!   pair (one as it is, several as the JSON list of them); at the end of output
+//!   ([`Reading::End`]), when no pair closed, the text after the marker if it
+//!   starts like JSON;
+//! - with none: the pieces of text around the marker that start with `{` (`[`),
+//!   each cut at its last `}` (`]`) and kept when that is JSON; none kept says
+//!   "no JSON after the marker" (the content is then empty);
+//! - the first marker that yields JSON wins; the content is the text before it;
+//! - a call is an object with a string `name` and `parameters` or `arguments`
+//!   (any JSON, as written); a list gives its elements that are calls (an empty
+//!   result then still says the content); at the end of output JSON cut short is
+//!   closed (open string, lists, objects) and read again.
+
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
+
+use super::in_content::closed;
+
+const STARTS: [&str; 2] = ["<TOOLCALL>", "<|python_tag|>"];
+const END: &str = "</TOOLCALL>";
+
+/// When the parse runs: the jail's check for its end while output still comes,
+/// or the end of output (which also reads an unclosed block and closes JSON cut
+/// short).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    Streaming,
+    End,
+}
+
+/// A whole parse: the calls (name, JSON arguments) and the content the parser
+/// says beside them (trimmed; empty when a marker had no JSON after it).
+pub struct WholeParse {
+    pub calls: Vec<(String, String)>,
+    pub content: String,
+}
+
+/// Parse `text` as Dynamo's `default` parser does.
+pub fn parse_whole(text: &str, reading: Reading) -> WholeParse {
+    let trimmed = text.trim();
+    let none = |content: &str| WholeParse {
+        calls: Vec::new(),
+        content: content.to_owned(),
+    };
+    if trimmed.is_empty() {
+        return none("");
+    }
+    let (json, content) = match extract(trimmed, reading) {
+        Extracted::Json(json, content) => (json, content),
+        Extracted::Bare => match trimmed.find(['{', '[']) {
+            Some(at) => (trimmed[at..].to_owned(), trimmed[..at].trim()),
+            None => return none(trimmed),
+        },
+        Extracted::NoJsonAfterMarker => return none(""),
+    };
+    if let Some(calls) = calls_in(&json, true) {
+        return WholeParse {
+            calls,
+            content: content.to_owned(),
+        };
+    }
+    if reading == Reading::End {
+        let repaired = closed(&json);
+        if repaired != json {
+            if let Some(calls) = calls_in(&repaired, false) {
+                return WholeParse {
+                    calls,
+                    content: content.to_owned(),
+                };
+            }
+        }
+    }
+    none(trimmed)
+}
+
+enum Extracted<'a> {
+    /// The JSON to read and the content before its marker.
+    Json(String, &'a str),
+    /// No start marker in the text.
+    Bare,
+    /// A marker without JSON after it.
+    NoJsonAfterMarker,
+}
+
+fn extract(text: &str, reading: Reading) -> Extracted<'_> {
+    if !STARTS.iter().any(|m| text.contains(m)) {
+        return Extracted::Bare;
+    }
+    for start in STARTS {
+        let before = text.find(start).map_or("", |at| text[..at].trim());
+        if let Some(json) = between(text, start, reading) {
+            return if json.is_empty() {
+                Extracted::NoJsonAfterMarker
+            } else {
+                Extracted::Json(json, before)
+            };
+        }
+        if let Some(json) = around(text, start) {
+            return if json.is_empty() {
+                Extracted::NoJsonAfterMarker
+            } else {
+                Extracted::Json(json, before)
+            };
+        }
+    }
+    // Not reached: a marker in the text makes `around` answer.
+    Extracted::Bare
+}
+
+/// The insides of the `start…</TOOLCALL>` pairs (shortest, in order), or at the
+/// end of output the JSON-looking text after an unclosed `start`.
+fn between(text: &str, start: &str, reading: Reading) -> Option<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(start) {
+        let inner = &rest[at + start.len()..];
+        let Some(end) = inner.find(END) else { break };
+        found.push(inner[..end].trim());
+        rest = &inner[end + END.len()..];
+    }
+    match found.as_slice() {
+        [] => {}
+        [one] => return Some((*one).to_owned()),
+        many => return Some(format!("[{}]", many.join(","))),
+    }
+    if reading == Reading::End {
+        let at = text.find(start)?;
+        let tail = text[at + start.len()..].trim();
+        if tail.starts_with(['{', '[']) {
+            return Some(tail.to_owned());
+        }
+    }
+    None
+}
+
+/// The pieces around `start` that read as JSON (see the module's notes), as one
+/// list; `Some("")` when the marker is there but none reads.
+fn around(text: &str, start: &str) -> Option<String> {
+    if !text.contains(start) {
+        return None;
+    }
+    let mut items: Vec<String> = Vec::new();
+    for piece in text.split(start).map(str::trim) {
+        let close = match piece.as_bytes().first() {
+            Some(b'{') => '}',
+            Some(b'[') => ']',
+            _ => continue,
+        };
+        let Some(at) = piece.rfind(close) else {
+            continue;
+        };
+        let candidate = &piece[..=at];
+        if close == '}' {
+            if serde_json::from_str::<&RawValue>(candidate).is_ok() {
+                items.push(candidate.to_owned());
+            }
+        } else if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(candidate) {
+            items.extend(list.iter().map(|item| item.get().to_owned()));
+        }
+    }
+    Some(if items.is_empty() {
+        String::new()
+    } else {
+        format!("[{}]", items.join(","))
+    })
+}
+
+/// The calls in `json`: one call object, or a list's elements that are calls
+/// (`empty_list_counts`: a list without calls is still an answer).
+fn calls_in(json: &str, empty_list_counts: bool) -> Option<Vec<(String, String)>> {
+    if let Some(call) = call(json, &["parameters", "arguments"]) {
+        return Some(vec![call]);
+    }
+    let items: Vec<&RawValue> = serde_json::from_str(json).ok()?;
+    let calls: Vec<_> = items
+        .into_iter()
+        .filter_map(|item| call(item.get(), &["arguments", "parameters"]))
+        .collect();
+    (empty_list_counts || !calls.is_empty()).then_some(calls)
+}
+
+/// A call object: a string `name` and the first of `keys` present, as written.
+fn call(json: &str, keys: &[&str]) -> Option<(String, String)> {
+    let members: BTreeMap<String, &RawValue> = serde_json::from_str(json).ok()?;
+    let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
+    let arguments = keys.iter().find_map(|key| members.get(*key))?;
+    Some((name, arguments.get().to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, reading: Reading) -> (Vec<(String, String)>, String) {
+        let p = parse_whole(text, reading);
+        (p.calls, p.content)
+    }
+
+    fn one(name: &str, args: &str) -> Vec<(String, String)> {
+        vec![(name.to_owned(), args.to_owned())]
+    }
+
+    #[test]
+    fn python_tag_pieces_are_cut_at_their_last_brace() {
+        let text = r#"<|python_tag|>{"name":"f","arguments":{}};"#;
+        assert_eq!(
+            parse(text, Reading::Streaming),
+            (one("f", "{}"), String::new())
+        );
+    }
+
+    #[test]
+    fn an_unclosed_marker_is_read_at_the_end_of_output_only() {
+        let text = r#"x <|python_tag|>{"name":"f","arguments":{"a":"b"#;
+        assert_eq!(parse(text, Reading::Streaming), (vec![], String::new()));
+        assert_eq!(
+            parse(text, Reading::End),
+            (one("f", r#"{"a":"b"}"#), "x".to_owned())
+        );
+    }
+
+    #[test]
+    fn unread_json_after_a_marker_says_the_whole_text_at_the_end() {
+        // The text after the marker is taken whole (`;` and all), so it is no
+        // call, and the parser says the text as it was.
+        let text = r#"<|python_tag|>{"name":"f","arguments":{}};{"name":"g"}"#;
+        assert_eq!(parse(text, Reading::End), (vec![], text.to_owned()));
+        // While output comes, the piece is cut at its last `}`: not JSON either.
+        assert_eq!(parse(text, Reading::Streaming), (vec![], String::new()));
+    }
+
+    #[test]
+    fn a_block_without_json_says_nothing() {
+        assert_eq!(
+            parse("<TOOLCALL></TOOLCALL>", Reading::End),
+            (vec![], String::new())
+        );
+        assert_eq!(
+            parse("a <TOOLCALL>x", Reading::Streaming),
+            (vec![], String::new())
+        );
+    }
+
+    #[test]
+    fn the_first_marker_with_json_wins() {
+        let text = r#"<|python_tag|>{bad}<TOOLCALL>[{"name":"f","arguments":{"c":""#;
+        assert_eq!(
+            parse(text, Reading::End),
+            (one("f", r#"{"c":""}"#), "<|python_tag|>{bad}".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_call_needs_a_name_and_arguments() {
+        let text = r#"<TOOLCALL>[{"name":"f"},{"name":"g","parameters":[1]}]</TOOLCALL>"#;
+        assert_eq!(parse(text, Reading::End), (one("g", "[1]"), String::new()));
+        let text = r#"<TOOLCALL>{"name":"f"}</TOOLCALL>"#;
+        assert_eq!(parse(text, Reading::End), (vec![], text.to_owned()));
+    }
+
+    #[test]
+    fn an_invalid_list_is_no_call() {
+        let text = r#"<TOOLCALL>[{"name":"f","arguments":{}},]</TOOLCALL>"#;
+        assert_eq!(parse(text, Reading::End), (vec![], text.to_owned()));
+    }
+}
