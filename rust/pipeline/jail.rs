@@ -489,7 +489,7 @@ impl ToolJail {
                 }
             }
             None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
-                && (self.rules.default_whole || self.could_be_whole())
+                && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
                 self.list_end()
@@ -539,6 +539,9 @@ impl ToolJail {
                 Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony | Trigger::Pythonic,
                 _,
             ) => true,
+            (Trigger::Json, Some(_)) if self.rules.default_whole => {
+                default_whole::json_after_marker(&self.held)
+            }
             (Trigger::Json, Some(_)) => self.rules.marked_json_closes(&self.held),
             (_, from) => brackets_closed(&self.held[from.unwrap_or(0)..]),
         }

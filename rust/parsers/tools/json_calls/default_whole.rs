@@ -9,9 +9,10 @@
 //!   pair (one as it is, several as the JSON list of them); at the end of output
 //!   ([`Reading::End`]), when no pair closed, the text after the marker if it
 //!   starts like JSON;
-//! - with none: the pieces of text around the marker that start with `{` (`[`),
-//!   each cut at its last `}` (`]`) and kept when that is JSON; none kept says
-//!   "no JSON after the marker" (the content is then empty);
+//! - with none: the pieces of text around the marker (before it too) that start
+//!   with `{` (`[`), each cut at its last `}` (`]`), give the JSON value that
+//!   starts them (`{…}, {"y":1}` gives `{…}`); none says "no JSON after the
+//!   marker" (the content is then empty);
 //! - the first marker that yields JSON wins; the content is the text before it;
 //! - a call is an object with a string `name` and `parameters` or `arguments`
 //!   (any JSON, as written); a list gives its elements that are calls (an empty
@@ -148,28 +149,47 @@ fn around(text: &str, start: &str) -> Option<String> {
         return None;
     }
     let mut items: Vec<String> = Vec::new();
-    for piece in text.split(start).map(str::trim) {
-        let close = match piece.as_bytes().first() {
-            Some(b'{') => '}',
-            Some(b'[') => ']',
-            _ => continue,
-        };
-        let Some(at) = piece.rfind(close) else {
-            continue;
-        };
-        let candidate = &piece[..=at];
-        if close == '}' {
-            if serde_json::from_str::<&RawValue>(candidate).is_ok() {
-                items.push(candidate.to_owned());
+    for piece in text.split(start) {
+        match piece_value(piece) {
+            Some(value) if value.starts_with('[') => {
+                if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(value) {
+                    items.extend(list.iter().map(|item| item.get().to_owned()));
+                }
             }
-        } else if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(candidate) {
-            items.extend(list.iter().map(|item| item.get().to_owned()));
+            Some(value) => items.push(value.to_owned()),
+            None => {}
         }
     }
     Some(if items.is_empty() {
         String::new()
     } else {
         format!("[{}]", items.join(","))
+    })
+}
+
+/// A piece of text around a marker, read as Dynamo reads it: one that opens with
+/// `{` (`[`) is cut at its last `}` (`]`), and the JSON value that starts it is
+/// taken, whatever follows (`{…}}` reads `{…}`).
+fn piece_value(piece: &str) -> Option<&str> {
+    let piece = piece.trim();
+    let close = match piece.as_bytes().first()? {
+        b'{' => '}',
+        b'[' => ']',
+        _ => return None,
+    };
+    let cut = &piece[..=piece.rfind(close)?];
+    let mut values = serde_json::Deserializer::from_str(cut).into_iter::<&RawValue>();
+    values.next()?.ok().map(RawValue::get)
+}
+
+/// Whether JSON after a start marker reads (see `piece_value`): only then does
+/// the jail end on calls while output still comes (live-checked: the calls of
+/// `[…] <TOOLCALL>x` wait for the end of output).
+pub fn json_after_marker(text: &str) -> bool {
+    STARTS.iter().any(|m| {
+        text.split(m)
+            .skip(1)
+            .any(|piece| piece_value(piece).is_some())
     })
 }
 
@@ -233,8 +253,11 @@ mod tests {
         // call, and the parser says the text as it was.
         let text = r#"<|python_tag|>{"name":"f","arguments":{}};{"name":"g"}"#;
         assert_eq!(parse(text, Reading::End), (vec![], text.to_owned()));
-        // While output comes, the piece is cut at its last `}`: not JSON either.
-        assert_eq!(parse(text, Reading::Streaming), (vec![], String::new()));
+        // While output comes, the piece gives its first value.
+        assert_eq!(
+            parse(text, Reading::Streaming),
+            (one("f", "{}"), String::new())
+        );
     }
 
     #[test]
@@ -264,6 +287,21 @@ mod tests {
         assert_eq!(parse(text, Reading::End), (one("g", "[1]"), String::new()));
         let text = r#"<TOOLCALL>{"name":"f"}</TOOLCALL>"#;
         assert_eq!(parse(text, Reading::End), (vec![], text.to_owned()));
+    }
+
+    #[test]
+    fn pieces_around_a_marker_give_their_first_value() {
+        let text =
+            r#"{"name":"f","arguments":{}}, {"y":1} <|python_tag|>{"name":"g","arguments":{}}}"#;
+        let calls = [one("f", "{}"), one("g", "{}")].concat();
+        assert_eq!(
+            parse(text, Reading::Streaming),
+            (calls, r#"{"name":"f","arguments":{}}, {"y":1}"#.to_owned())
+        );
+        assert!(json_after_marker(text));
+        assert!(!json_after_marker(
+            r#"[{"name":"f","arguments":{}}] <TOOLCALL>x"#
+        ));
     }
 
     #[test]
