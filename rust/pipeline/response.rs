@@ -21,6 +21,7 @@ use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::is_valid;
 use crate::parsers::tools::harmony_whole;
+use crate::parsers::tools::json_calls::default_whole::{self, Reading};
 use crate::parsers::tools::json_calls::hermes_whole;
 use crate::parsers::{CallDelta, ChatParser, Delta};
 use serde_json::value::RawValue;
@@ -257,13 +258,16 @@ impl ResponseState {
                 && spec.reference_streaming
                 && self.plan.surface == Surface::Chat
                 && !self.plan.tool_choice.forces_calls()
-                && spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder")
+                && spec
+                    .tool_call
+                    .is_some_and(|f| matches!(f.name(), "qwen3_coder" | "default"))
         }) {
-            // Dynamo's unary aggregator reads a qwen3_coder answer cut by length
-            // without calls again when it holds a start marker (the jail let it
-            // out as text; live-checked: `fine<tool_call> ` says `fine`, while
-            // `<tool_call>|>` that stopped keeps its text).
-            let jail = qwen3_coder_jail(spec);
+            // Dynamo's unary aggregator reads a qwen3_coder or `default` answer
+            // cut by length without calls again when it holds a start marker (the
+            // jail let it out as text; live-checked: `fine<tool_call> ` says
+            // `fine`, `hi <|python_tag|>{"a"` says `hi `, while `<tool_call>|>`
+            // that stopped keeps its text).
+            let jail = family_jail(spec);
             for choice in &mut self.choices {
                 if !choice.calls.is_empty() || choice.finish_reason != Some("length") {
                     continue;
@@ -975,11 +979,12 @@ fn only_named(mut parsed: Parsed, named: Option<&str>) -> Parsed {
 }
 
 /// A qwen3_coder jail, to read an answer whole as the reference does.
-fn qwen3_coder_jail(spec: &ChatParserSpec) -> ToolJail {
-    let markers = spec
-        .tool_call
-        .map_or(&[][..], |f| f.build(spec.tools.clone()).start_markers());
-    ToolJail::new(JailRules::for_family("qwen3_coder", markers), spec)
+/// The jail of the request's own tool-call family.
+fn family_jail(spec: &ChatParserSpec) -> ToolJail {
+    let (name, markers) = spec.tool_call.map_or(("", &[][..]), |f| {
+        (f.name(), f.build(spec.tools.clone()).start_markers())
+    });
+    ToolJail::new(JailRules::for_family(name, markers), spec)
 }
 
 /// The calls in a forced tool choice's held answer, as Dynamo reads it at the end
@@ -987,6 +992,22 @@ fn qwen3_coder_jail(spec: &ChatParserSpec) -> ToolJail {
 /// the family's calls (deepseek_v3_1 keeps its own); else the family's parse, where (hermes, qwen3_coder) a `<tool_call>`
 /// block the output ends inside is no call.
 fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
+    if spec.tool_call.is_some_and(|f| f.name() == "default") {
+        // Dynamo's `default` parse at the end of output (live-checked:
+        // `<|python_tag|>{A}\n{B}` is the call A).
+        let parse = default_whole::parse_whole(answer, Reading::End);
+        return parse
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, (name, arguments))| CallDelta {
+                index,
+                id: Some(new_call_id()),
+                name: Some(name),
+                arguments,
+            })
+            .collect();
+    }
     if spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder") {
         if let Some(calls) = trailing_json_calls(answer) {
             return calls;
@@ -1090,7 +1111,7 @@ fn reread_unary(
             (parse.calls, parse.content)
         }
         "qwen3_coder" => {
-            let parsed = qwen3_coder_jail(spec).reread(answer)?;
+            let parsed = family_jail(spec).reread(answer)?;
             let calls = parsed.calls.into_iter();
             (
                 calls.map(|c| (c.name, c.arguments)).collect(),

@@ -8,7 +8,7 @@
 //! - with an end marker: the trimmed insides of every `<TOOLCALL>…</TOOLCALL>`
 //!   pair (one as it is, several as the JSON list of them); at the end of output
 //!   ([`Reading::End`]), when no pair closed, the text after the marker if it
-//!   starts like JSON;
+//!   starts like JSON (the value that starts it, whatever follows);
 //! - with none: the pieces of text around the marker (before it too) that start
 //!   with `{` (`[`), each cut at its last `}` (`]`), give the JSON value that
 //!   starts them (`{…}, {"y":1}` gives `{…}`); none says "no JSON after the
@@ -136,7 +136,8 @@ fn between(text: &str, start: &str, reading: Reading) -> Option<String> {
         let at = text.find(start)?;
         let tail = text[at + start.len()..].trim();
         if tail.starts_with(['{', '[']) {
-            return Some(tail.to_owned());
+            // The value that starts it, whatever follows; else all of it, to close.
+            return Some(first_value(tail).unwrap_or(tail).to_owned());
         }
     }
     None
@@ -177,8 +178,12 @@ fn piece_value(piece: &str) -> Option<&str> {
         b'[' => ']',
         _ => return None,
     };
-    let cut = &piece[..=piece.rfind(close)?];
-    let mut values = serde_json::Deserializer::from_str(cut).into_iter::<&RawValue>();
+    first_value(&piece[..=piece.rfind(close)?])
+}
+
+/// The JSON value that starts `text`, whatever follows it.
+fn first_value(text: &str) -> Option<&str> {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
     values.next()?.ok().map(RawValue::get)
 }
 
@@ -249,15 +254,13 @@ mod tests {
 
     #[test]
     fn unread_json_after_a_marker_says_the_whole_text_at_the_end() {
-        // The text after the marker is taken whole (`;` and all), so it is no
+        // The text after the marker does not start with a value, so it is no
         // call, and the parser says the text as it was.
-        let text = r#"<|python_tag|>{"name":"f","arguments":{}};{"name":"g"}"#;
+        let text = r#"<|python_tag|>{"name":"f","param{"name":"g","arguments":{}}} a"#;
         assert_eq!(parse(text, Reading::End), (vec![], text.to_owned()));
-        // While output comes, the piece gives its first value.
-        assert_eq!(
-            parse(text, Reading::Streaming),
-            (one("f", "{}"), String::new())
-        );
+        // A first value that is no call is no call either.
+        let text = r#"q <|python_tag|>{"name":"f","x":1} {"name":"g","arguments":{}}"#;
+        assert_eq!(parse(text, Reading::End), (vec![], text.to_owned()));
     }
 
     #[test]
@@ -302,6 +305,12 @@ mod tests {
         assert!(!json_after_marker(
             r#"[{"name":"f","arguments":{}}] <TOOLCALL>x"#
         ));
+    }
+
+    #[test]
+    fn an_unclosed_marker_gives_its_first_value_at_the_end() {
+        let text = "<|python_tag|>{\"name\":\"f\",\"arguments\":{}}\n{\"name\":\"g\"";
+        assert_eq!(parse(text, Reading::End), (one("f", "{}"), String::new()));
     }
 
     #[test]
