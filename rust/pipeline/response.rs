@@ -23,6 +23,7 @@ use crate::parsers::json::is_valid;
 use crate::parsers::tools::harmony_whole;
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
 use crate::parsers::tools::json_calls::hermes_whole;
+use crate::parsers::tools::json_calls::pythonic_whole;
 use crate::parsers::{CallDelta, ChatParser, Delta};
 use serde_json::value::RawValue;
 
@@ -992,12 +993,19 @@ fn family_jail(spec: &ChatParserSpec) -> ToolJail {
 /// the family's calls (deepseek_v3_1 keeps its own); else the family's parse, where (hermes, qwen3_coder) a `<tool_call>`
 /// block the output ends inside is no call.
 fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
-    if spec.tool_call.is_some_and(|f| f.name() == "default") {
+    let whole = match spec.tool_call.map(|f| f.name()) {
         // Dynamo's `default` parse at the end of output (live-checked:
         // `<|python_tag|>{A}\n{B}` is the call A).
-        let parse = default_whole::parse_whole(answer, Reading::End);
-        return parse
-            .calls
+        Some("default") => Some(default_whole::parse_whole(answer, Reading::End).calls),
+        // Its pythonic parse: `days=-2` is no literal, a list that is not valid
+        // Python (`[f(a='x')][g()]`) gives no call.
+        Some("pythonic") => {
+            Some(pythonic_whole::parse_whole(answer).map_or(Vec::new(), |p| p.calls))
+        }
+        _ => None,
+    };
+    if let Some(calls) = whole {
+        return calls
             .into_iter()
             .enumerate()
             .map(|(index, (name, arguments))| CallDelta {
