@@ -45,8 +45,7 @@ OPEN: dict[str, str] = {
     "gpt_oss+harmony": "a `required` answer that is one call object followed by text",
     "none+mistral": _JAIL,
     "none+llama3_json": _JAIL,
-    "none+pythonic": _JAIL,
-    "none+default": _JAIL,
+    "none+pythonic": "a forced named choice: the output after its guided JSON goes through the jail",
 }
 
 

@@ -187,14 +187,18 @@ fn first_value(text: &str) -> Option<&str> {
     values.next()?.ok().map(RawValue::get)
 }
 
-/// Whether JSON after a start marker reads (see `piece_value`): only then does
-/// the jail end on calls while output still comes (live-checked: the calls of
-/// `[…] <TOOLCALL>x` wait for the end of output).
+/// Whether JSON after a start marker is there for the jail to end on calls while
+/// output still comes: a piece after a marker gives a value (see `piece_value`),
+/// or opens with `{` (`[`) and closes every bracket it opens (live-checked:
+/// `[f] <TOOLCALL>x` and `[f]<TOOLCALL>[{"a":1}, {"b` wait for the end of output,
+/// `[f]<TOOLCALL>[{"a":1,}, {"b":2}]` ends with the call f).
 pub fn json_after_marker(text: &str) -> bool {
     STARTS.iter().any(|m| {
-        text.split(m)
-            .skip(1)
-            .any(|piece| piece_value(piece).is_some())
+        text.split(m).skip(1).any(|piece| {
+            let piece = piece.trim();
+            piece_value(piece).is_some()
+                || (piece.starts_with(['{', '[']) && closed(piece) == piece)
+        })
     })
 }
 
@@ -305,6 +309,8 @@ mod tests {
         assert!(!json_after_marker(
             r#"[{"name":"f","arguments":{}}] <TOOLCALL>x"#
         ));
+        assert!(!json_after_marker(r#"[] <TOOLCALL>[{"a":1}, {"b"#));
+        assert!(json_after_marker(r#"[] <TOOLCALL>[{"a":1,}, {"b":2}]"#));
     }
 
     #[test]
