@@ -269,8 +269,34 @@ impl ResponseState {
             // `fine`, `hi <|python_tag|>{"a"` says `hi `, while `<tool_call>|>`
             // that stopped keeps its text).
             let jail = family_jail(spec);
+            let default = spec.tool_call.is_some_and(|f| f.name() == "default");
             for choice in &mut self.choices {
-                if !choice.calls.is_empty() || choice.finish_reason != Some("length") {
+                if !choice.calls.is_empty() {
+                    continue;
+                }
+                if default {
+                    // It reads a `default` answer without calls again whole, as at
+                    // the end of output (live-checked: a `<TOOLCALL>` block closed
+                    // around JSON cut inside a string is closed and read).
+                    let parse = default_whole::parse_whole(&choice.content, Reading::End);
+                    if !parse.calls.is_empty() {
+                        choice.content = parse.content;
+                        choice.calls = parse
+                            .calls
+                            .into_iter()
+                            .map(|(name, arguments)| WholeCall {
+                                id: new_call_id(),
+                                name,
+                                arguments,
+                            })
+                            .collect();
+                        if choice.finish_reason == Some("stop") {
+                            choice.finish_reason = Some("tool_calls");
+                        }
+                        continue;
+                    }
+                }
+                if choice.finish_reason != Some("length") {
                     continue;
                 }
                 if let Some(parsed) = jail.reread(&choice.content) {
