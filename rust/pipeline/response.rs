@@ -1103,7 +1103,9 @@ fn reread_unary(
 ) -> Option<(Vec<CallDelta>, String)> {
     let spec = plan.parsers.as_ref()?;
     let (calls, content): (Vec<(String, String)>, String) = match spec.tool_call?.name() {
-        "hermes" => {
+        // Only an answer with a `<tool_call>` block: bare JSON cut short stays text
+        // (live-checked: `{"name":"get_ti` under `required`).
+        "hermes" if answer.contains("<tool_call>") => {
             let parse = hermes_whole::parse_whole(answer);
             (parse.calls, parse.content)
         }
