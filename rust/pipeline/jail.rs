@@ -581,6 +581,15 @@ impl ToolJail {
         if self.rules.hermes_whole {
             let parse = hermes_whole::parse_whole(text);
             if parse.calls.is_empty() {
+                // Held text with a start marker and no call says the text before
+                // the marker (live-checked: a guessed jail's `{x<tool_call>y`
+                // releases `{x`).
+                if let Some(at) = self.rules.first_start(text) {
+                    return Parsed {
+                        calls: Vec::new(),
+                        content: text[..at].to_owned(),
+                    };
+                }
                 // The end marker that ended a guessed jail is not said
                 // (live-checked: `{"a":"` + `</tool_call>` releases `{"a":"`).
                 let mut parsed = self.no_calls(text);
@@ -667,7 +676,13 @@ impl ToolJail {
     fn no_calls(&self, text: &str) -> Parsed {
         let read_as_text = self.rules.unclosed_kept_without.is_some_and(|inner| {
             !text.contains(inner) && !self.rules.ends.iter().any(|end| text.contains(end))
-        });
+        }) || self
+            .rules
+            .bare_opener
+            // A bare `<function=` that gives no call is text too (live-checked,
+            // qwen3_coder: `<function=` says `<function=`; `<tool_call><function=`
+            // says nothing).
+            .is_some_and(|(_, opener)| !text.contains(opener));
         let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
             && !read_as_text
             && !(self.rules.opened_by_own_end(text)

@@ -54,6 +54,8 @@ struct Choice {
     /// The reasoning stage has passed answer text: from then on, under a forced
     /// tool choice, every frame's content (empty too) goes into the jail.
     answered_once: bool,
+    /// A step before this one went through `emit`.
+    stepped: bool,
     /// Under a forced tool choice with a reasoning stage (Dynamo's streaming),
     /// nothing but whitespace has come yet: such frames are answer text.
     leading_space: bool,
@@ -441,6 +443,7 @@ impl ResponseState {
             held_calls: Vec::new(),
             jailed: String::new(),
             answered_once: false,
+            stepped: false,
             // Not under kimi_k2's jail, which runs a forced choice as auto
             // (live-checked: its leading `  ` is reasoning).
             leading_space: self.plan.tool_choice.forces_calls()
@@ -508,6 +511,7 @@ impl ResponseState {
     ) {
         let ending = finish.is_some() || stream_end;
         let choice = &mut self.choices[slot];
+        let first_step = !std::mem::replace(&mut choice.stepped, true);
         self.delta.clear();
         let mut answered = false;
         match choice.parser.as_mut() {
@@ -524,11 +528,23 @@ impl ResponseState {
         if choice.leading_space {
             // Dynamo answers a forced tool choice with the whitespace-only frames
             // that open the output, reasoning or not (live-checked, deepseek_r1).
-            let blank =
-                self.delta.content.trim().is_empty() && self.delta.reasoning.trim().is_empty();
+            // The first frame with other text decides: one that opens with JSON
+            // (`{`/`[`) where the reasoning stage would read reasoning is the guided
+            // answer, with no reasoning parsed in it at all (`</think>` stays text);
+            // anything else, `<think>` too, goes on through the reasoning stage
+            // (live-checked, deepseek_r1; qwen3's content-first parser still runs).
+            let blank = self.piece.trim().is_empty();
             if blank && !self.delta.reasoning.is_empty() {
                 let reasoning = std::mem::take(&mut self.delta.reasoning);
                 self.delta.content.insert_str(0, &reasoning);
+                answered = true;
+            } else if !blank
+                && !self.delta.reasoning.is_empty()
+                && self.piece.trim_start().starts_with(['{', '['])
+            {
+                self.delta.reasoning.clear();
+                self.delta.content.clone_from(&self.piece);
+                choice.parser = None;
                 answered = true;
             }
             choice.leading_space = blank;
@@ -634,14 +650,16 @@ impl ResponseState {
                     }
                 } else if !parsed
                     && reasoning_runs(&self.plan)
-                    && choice.reasoning_tokens > 0
+                    && !first_step
                     && self.delta.reasoning.is_empty()
                 {
-                    // Nothing to release after reasoning went out: Dynamo sends no
-                    // last chunk at all, so the finish reason is lost too. A last
-                    // step with reasoning text keeps it on its chunk, and an answer
-                    // with no reasoning before it gets its finish chunk (live-checked:
-                    // `ok t` cut by a stop string; `<thin` cut and dropped).
+                    // Nothing to release after the first step went out: Dynamo sends
+                    // no last chunk at all, so the finish reason is lost too, whether
+                    // the reasoning parser passed reasoning or only dropped text
+                    // (deepseek_r1's held `<thin`, harmony's header `l`). A last step
+                    // with reasoning text keeps it on its chunk, and an output that
+                    // ends in its first step gets it with the role (live-checked:
+                    // `ok t` cut by a stop string; EOS alone; `<` cut by a stop).
                     finish = None;
                 }
                 emptied = parsed && self.delta.calls.is_empty();
@@ -1140,7 +1158,9 @@ fn reread_unary(
 ) -> Option<(Vec<CallDelta>, String)> {
     let spec = plan.parsers.as_ref()?;
     let (calls, content): (Vec<(String, String)>, String) = match spec.tool_call?.name() {
-        "hermes" => {
+        // Only an answer with a `<tool_call>` block: bare JSON cut short stays text
+        // (live-checked: `{"name":"get_ti` under `required`).
+        "hermes" if answer.contains("<tool_call>") => {
             let parse = hermes_whole::parse_whole(answer);
             (parse.calls, parse.content)
         }

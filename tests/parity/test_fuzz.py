@@ -42,7 +42,6 @@ GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "pipeline" / "fuz
 _JAIL = "the jail's whole parse (the tool parsers' own differences under Dynamo's tool jail)"
 OPEN: dict[str, str] = {
     "deepseek_r1+hermes": _JAIL,
-    "gpt_oss+harmony": "a `required` answer that is one call object followed by text",
     "none+mistral": _JAIL,
     "none+llama3_json": _JAIL,
     "none+pythonic": "a forced named choice: the output after its guided JSON goes through the jail",
