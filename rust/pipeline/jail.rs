@@ -19,7 +19,7 @@ use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{JsonScanner, Scanned};
 use crate::parsers::tools::harmony_whole::{self, parse_whole as parse_whole_harmony};
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
-use crate::parsers::tools::json_calls::{hermes_whole, kimi_whole, pythonic_whole};
+use crate::parsers::tools::json_calls::{basic_whole, hermes_whole, kimi_whole, pythonic_whole};
 use crate::parsers::ToolCall;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
@@ -81,6 +81,16 @@ pub struct JailRules {
     /// Held text is read by Dynamo's own `default` parse
     /// ([`default_whole`](crate::parsers::tools::json_calls::default_whole)).
     default_whole: bool,
+    /// Held text without calls is read by Dynamo's basic JSON parse with this one
+    /// start marker ([`basic_whole`](crate::parsers::tools::json_calls::basic_whole)):
+    /// a bare list says the text before it (llama3_json, mistral).
+    basic_marker: Option<&'static str>,
+    /// Calls are read by that parse too (llama3_json; mistral reads only whole
+    /// call objects, as the family parser's reading, filtered, does).
+    basic_calls: bool,
+    /// Held text without calls whose first start marker follows other text goes
+    /// out whole (live-checked, mistral: `[R` + `[TOOL_CALLS]`, `{a[TOOL_CALLS]f[ARGS]{}`).
+    keeps_text_before_marker: bool,
     /// Held text without a call is kept as text when no end marker closed it
     /// and it lacks this inner marker (qwen3_coder's `<function=`: Dynamo reads
     /// such a block as plain text).
@@ -158,6 +168,13 @@ impl JailRules {
             hermes_whole: name == "hermes",
             kimi_whole: name == "kimi_k2",
             default_whole: name == "default",
+            basic_marker: match name {
+                "llama3_json" => Some("<|python_tag|>"),
+                "mistral" => Some("[TOOL_CALLS]"),
+                _ => None,
+            },
+            basic_calls: name == "llama3_json",
+            keeps_text_before_marker: name == "mistral",
             unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
             bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
         }
@@ -603,6 +620,9 @@ impl ToolJail {
                 content: parse.content,
             };
         }
+        if let Some(marker) = self.rules.basic_marker.filter(|_| self.rules.basic_calls) {
+            return self.parse_basic(text, marker);
+        }
         // The reference trims the held text before parsing it (a string cut by the
         // end of output loses its trailing spaces before it is closed).
         let whole = text.trim_end();
@@ -623,7 +643,14 @@ impl ToolJail {
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
             || (self.rules.trigger == Trigger::Json && self.rules.call_without_arguments(text))
         {
-            return self.no_calls(text);
+            return match self.rules.basic_marker {
+                Some(marker) => self.basic_no_calls(
+                    text,
+                    marker,
+                    basic_whole::parse_whole(text, marker).content,
+                ),
+                None => self.no_calls(text),
+            };
         }
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
@@ -635,6 +662,45 @@ impl ToolJail {
         Parsed {
             calls: message.tool_calls,
             content: content.to_owned(),
+        }
+    }
+
+    /// Dynamo's basic JSON parse (llama3_json, mistral). Without calls: a bare list
+    /// says the text before it (`[1]` goes out as nothing); marked text follows
+    /// the family's rules (`no_calls`), but goes out whole where the family keeps
+    /// the text before its first marker.
+    fn parse_basic(&self, text: &str, marker: &str) -> Parsed {
+        let parse = basic_whole::parse_whole(text, marker);
+        if !parse.calls.is_empty() {
+            let content = match self.rules.content_start(text) {
+                Some(at) if self.rules.keeps_space_before_start => text[..at].trim_start(),
+                Some(at) => text[..at].trim(),
+                None => parse.content.as_deref().unwrap_or_default(),
+            };
+            return Parsed {
+                calls: numbered(parse.calls),
+                content: content.to_owned(),
+            };
+        }
+        self.basic_no_calls(text, marker, parse.content)
+    }
+
+    /// Held text without calls after the basic parse said `content`.
+    fn basic_no_calls(&self, text: &str, marker: &str, content: Option<String>) -> Parsed {
+        match (text.find(marker), content) {
+            (None, Some(content)) if !self.rules.closes_without_calls(text) => Parsed {
+                calls: Vec::new(),
+                content,
+            },
+            (Some(at), _)
+                if self.rules.keeps_text_before_marker && !text[..at].trim().is_empty() =>
+            {
+                Parsed {
+                    calls: Vec::new(),
+                    content: text.to_owned(),
+                }
+            }
+            _ => self.no_calls(text),
         }
     }
 

@@ -24,6 +24,7 @@
 //! - whitespace between a call and what follows it (`;` too for llama3_json) is
 //!   markup, not content.
 
+pub mod basic_whole;
 pub mod default_whole;
 mod family;
 pub mod hermes_whole;

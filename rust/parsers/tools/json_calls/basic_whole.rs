@@ -1,0 +1,196 @@
+//! Dynamo 1.6.1's basic JSON parser over a whole text, as its tool jail runs it
+//! for the single-marker JSON families (`llama3_json`'s `<|python_tag|>`,
+//! `mistral`'s `[TOOL_CALLS]`); measured against its frontend, only the
+//! pipeline's reference mode uses it:
+//!
+//! - with the marker in the text, the content is the trimmed text before the
+//!   first one; each piece between markers that starts with `{` (`[`) is cut at
+//!   its last `}` (`]`) and kept when that is JSON (a list gives its elements);
+//!   JSON the output cut short is no call here (`<|python_tag|>{"name":"f","ar`),
+//!   and no JSON at all leaves no content either;
+//! - without it, the JSON runs from the first `{` or `[` to the end, the text
+//!   before it is the content; JSON cut short is closed (open string, lists and
+//!   objects) and read again;
+//! - a call is an object with a string `name` and `parameters`, else `arguments`
+//!   (any JSON, as written; a list after the marker has its elements written
+//!   again compact); in a list, elements that are not calls are
+//!   skipped, and a list that parses says only the text before it, calls or not
+//!   (`x [1]` → `x`).
+
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::in_content::closed;
+
+/// What the parse found: calls (name, compact JSON arguments) and the content,
+/// `None` when nothing read as calls and the text stays as it is.
+#[derive(Debug, PartialEq, Eq)]
+pub struct WholeParse {
+    pub calls: Vec<(String, String)>,
+    pub content: Option<String>,
+}
+
+/// Parse `text` as Dynamo's basic JSON parser does with one start `marker`.
+pub fn parse_whole(text: &str, marker: &str) -> WholeParse {
+    let text = text.trim();
+    match text.find(marker) {
+        Some(at) => marked(text, marker, text[..at].trim()),
+        None => bare(text),
+    }
+}
+
+fn marked(text: &str, marker: &str, before: &str) -> WholeParse {
+    // The pieces that read as JSON, joined as one list: a list's elements are
+    // written again compact, an object stays as written.
+    let mut items = Vec::new();
+    for piece in text.split(marker).map(str::trim) {
+        let close = match piece.as_bytes().first() {
+            Some(b'{') => '}',
+            Some(b'[') => ']',
+            _ => continue,
+        };
+        let Some(end) = piece.rfind(close) else {
+            continue;
+        };
+        let json = &piece[..=end];
+        match serde_json::from_str::<Value>(json) {
+            Ok(Value::Array(list)) if close == ']' => {
+                items.extend(list.iter().map(Value::to_string));
+            }
+            Ok(_) if close == '}' => items.push(json.to_owned()),
+            _ => {}
+        }
+    }
+    if items.is_empty() {
+        return WholeParse {
+            calls: Vec::new(),
+            content: Some(String::new()),
+        };
+    }
+    WholeParse {
+        calls: list_calls(&format!("[{}]", items.join(","))).unwrap_or_default(),
+        content: Some(before.to_owned()),
+    }
+}
+
+fn bare(text: &str) -> WholeParse {
+    let Some(at) = text.find(['{', '[']) else {
+        return unread();
+    };
+    let (before, json) = (text[..at].trim(), text[at..].trim());
+    let said = |calls| WholeParse {
+        calls,
+        content: Some(before.to_owned()),
+    };
+    if let Some(one) = call(json) {
+        return said(vec![one]);
+    }
+    if let Some(calls) = list_calls(json) {
+        return said(calls);
+    }
+    let json = closed(json);
+    if let Some(one) = call(&json) {
+        return said(vec![one]);
+    }
+    match list_calls(&json) {
+        Some(calls) if !calls.is_empty() => said(calls),
+        _ => unread(),
+    }
+}
+
+fn unread() -> WholeParse {
+    WholeParse {
+        calls: Vec::new(),
+        content: None,
+    }
+}
+
+/// The calls of a JSON list, its elements that are not calls skipped.
+fn list_calls(json: &str) -> Option<Vec<(String, String)>> {
+    let items: Vec<&RawValue> = serde_json::from_str(json).ok()?;
+    Some(
+        items
+            .into_iter()
+            .filter_map(|item| call(item.get()))
+            .collect(),
+    )
+}
+
+/// A call object: a string `name`, and `parameters` or else `arguments` as written.
+fn call(json: &str) -> Option<(String, String)> {
+    let members: BTreeMap<String, &RawValue> = serde_json::from_str(json).ok()?;
+    let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
+    let arguments = members
+        .get("parameters")
+        .or_else(|| members.get("arguments"))?;
+    Some((name, arguments.get().to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TAG: &str = "<|python_tag|>";
+
+    fn parse(text: &str) -> (Vec<(String, String)>, Option<String>) {
+        let parse = parse_whole(text, TAG);
+        (parse.calls, parse.content)
+    }
+
+    fn one(name: &str, args: &str) -> Vec<(String, String)> {
+        vec![(name.to_owned(), args.to_owned())]
+    }
+
+    #[test]
+    fn bare_json_cut_short_is_closed() {
+        assert_eq!(
+            parse(r#"<|p>{"name":"","arguments":{"#),
+            (one("", "{}"), Some("<|p>".into()))
+        );
+        assert_eq!(
+            parse(r#"x [{"name":"a","arguments":{}}, {"name":"c""#),
+            (one("a", "{}"), Some("x".into()))
+        );
+        // Closing does not make `"b":` a value.
+        assert_eq!(parse(r#"{"name":"a","arguments":{"b":"#), (vec![], None));
+        assert_eq!(parse("[1, 2"), (vec![], None));
+    }
+
+    #[test]
+    fn a_bare_list_says_the_text_before_it() {
+        assert_eq!(parse("x [1]"), (vec![], Some("x".into())));
+        assert_eq!(parse("[]"), (vec![], Some("".into())));
+        assert_eq!(parse(r#"{"a":1}"#), (vec![], None));
+    }
+
+    #[test]
+    fn json_after_the_marker_is_not_closed() {
+        assert_eq!(
+            parse(r#"<|python_tag|>{"name":"a","arguments":{"b":"#),
+            (vec![], Some("".into()))
+        );
+        assert_eq!(
+            parse(r#"<|python_tag|>n{"name":"a","arguments":{}}"#),
+            (vec![], Some("".into()))
+        );
+        assert_eq!(
+            parse(r#"hi <|python_tag|>{"name":"a","arguments":{}} bye"#),
+            (one("a", "{}"), Some("hi".into()))
+        );
+    }
+
+    #[test]
+    fn calls_need_a_name_and_arguments() {
+        assert_eq!(
+            parse(r#"<|python_tag|>[{"name":"a","arguments":{"b": 1}}, {"name":"c"}]"#),
+            (one("a", r#"{"b":1}"#), Some("".into()))
+        );
+        assert_eq!(
+            parse(r#"{"name":"a","parameters":{"x": 1},"arguments":{}}"#),
+            (one("a", r#"{"x": 1}"#), Some("".into()))
+        );
+        assert_eq!(parse(r#"{"name":"a"}"#), (vec![], None));
+    }
+}
