@@ -411,6 +411,26 @@ def test_malformed_output_table_in_the_docs_is_the_recorded_one() -> None:
     assert policy_table() in docs.read_text(encoding="utf-8")
 
 
+def test_family_and_name_counts_in_the_docs_are_the_registry_s() -> None:
+    """The counts README.md and docs/parsers.md state, as the registry has them."""
+    tool, reasoning = tool_call_parsers(), reasoning_parsers()
+
+    def names(families: dict[str, list[str]]) -> int:
+        return sum(1 + len(aliases) for aliases in families.values())
+
+    root = Path(__file__).parent.parent
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    docs = " ".join((root / "docs" / "parsers.md").read_text(encoding="utf-8").split())
+    assert (
+        f"{len(tool)} tool-call and {len(reasoning)} reasoning families" in readme
+        and f"({names(tool)} tool-call and {names(reasoning)} reasoning names)" in readme
+    )
+    assert (
+        f"{len(tool)} tool-call families ({names(tool)} names) and "
+        f"{len(reasoning)} reasoning families ({names(reasoning)} names)" in docs
+    )
+
+
 def test_tools_as_json_text_read_as_the_list() -> None:
     tools = tools_of("qwen3_coder")
     text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"

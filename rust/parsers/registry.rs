@@ -373,11 +373,14 @@ impl ReasoningFamily {
     /// loses their markers, which standalone parsers keep. vLLM and SGLang names keep
     /// their own meaning.
     pub fn read_by(self, dialect: Dialect, reference: bool) -> Self {
-        let plain = match self.dynamo {
-            DynamoName::Known => false,
-            DynamoName::OtherSpelling => true,
-            DynamoName::Unknown => reference,
-        };
+        // A template family's markers are the checkpoint's, not a parser's: it keeps
+        // them, in the pipeline too (Dynamo has no such family to copy).
+        let plain = !template::is_template_family(self.info.name)
+            && match self.dynamo {
+                DynamoName::Known => false,
+                DynamoName::OtherSpelling => true,
+                DynamoName::Unknown => reference,
+            };
         if dialect != Dialect::Dynamo || !plain {
             return Self { dialect, ..self };
         }

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
 
 use crate::parsers::dialect::Dialect;
+use crate::parsers::template::{is_template_family, Template};
 use crate::parsers::{ReasoningFamily, ToolCallFamily, UnknownParser};
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +48,9 @@ pub struct ModelCard {
     pub tool_call_parser: Option<ToolCallFamily>,
     /// Whose reading of the output the parsers follow (Dynamo's unless the worker asks).
     pub parser_dialect: Dialect,
+    /// The checkpoint's `response_template`, read when a parser family is template-driven
+    /// (`response_template`/`hf`, `beam`); `None` for `beam` means its built-in one.
+    pub response_template: Option<Arc<Template>>,
     /// From generation_config.json (else config.json, else the tokenizer's eos token).
     pub eos_token_ids: Vec<u32>,
     pub bos_token: Option<String>,
@@ -135,6 +139,56 @@ fn split_templates(value: &Value) -> (Option<String>, Option<String>) {
     }
 }
 
+/// The checkpoint's `response_template` for the template families, read as vLLM 0.34 and
+/// SGLang 0.5.23 read it: the tokenizer config's `response_template` object. `beam` falls
+/// back to its built-in template (SGLang's fallback); `response_template` (`hf`) cannot
+/// serve without one. As vLLM checks at startup, a reasoning parser needs the template's
+/// `thinking` field and a tool-call parser its `tool_calls` field.
+fn response_template(
+    tokenizer_config: Option<&Value>,
+    path: &Path,
+    reasoning: Option<ReasoningFamily>,
+    tool_call: Option<ToolCallFamily>,
+) -> Result<Option<Arc<Template>>, ModelError> {
+    let reasoning = reasoning
+        .map(ReasoningFamily::name)
+        .filter(|n| is_template_family(n));
+    let tool_call = tool_call
+        .map(ToolCallFamily::name)
+        .filter(|n| is_template_family(n));
+    if reasoning.is_none() && tool_call.is_none() {
+        return Ok(None);
+    }
+    let parsers = [("reasoning", reasoning), ("tool-call", tool_call)]
+        .into_iter()
+        .filter_map(|(kind, name)| Some(format!("{kind} parser '{}'", name?)))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let Some(spec) = tokenizer_config.and_then(|t| t.get("response_template")) else {
+        if reasoning == Some("response_template") || tool_call == Some("response_template") {
+            return Err(ModelError::Invalid(format!(
+                "the {parsers} needs the checkpoint's response_template: {} has none",
+                path.display()
+            )));
+        }
+        return Ok(None);
+    };
+    let template = Template::from_value(spec)
+        .map_err(|e| ModelError::Invalid(format!("{} ({parsers}): {e}", path.display())))?;
+    for (needed, has, field) in [
+        (reasoning.is_some(), template.has_thinking(), "thinking"),
+        (tool_call.is_some(), template.has_tool_calls(), "tool_calls"),
+    ] {
+        if needed && !has {
+            return Err(ModelError::Invalid(format!(
+                "{} ({parsers}): the response_template has no '{field}' field",
+                path.display()
+            )));
+        }
+    }
+    Ok(Some(Arc::new(template)))
+}
+
 /// Architectural context: config.json `max_position_embeddings` (or under
 /// `text_config`), else the tokenizer's `model_max_length` when it is a real bound.
 fn context_length(config: Option<&Value>, tokenizer_config: Option<&Value>) -> u32 {
@@ -174,7 +228,8 @@ impl ModelCard {
                 message: e.to_string(),
             })?;
 
-        let tokenizer_config = read_json_opt(&dir.join("tokenizer_config.json"))?;
+        let tokenizer_config_path = dir.join("tokenizer_config.json");
+        let tokenizer_config = read_json_opt(&tokenizer_config_path)?;
         let config = read_json_opt(&dir.join("config.json"))?;
         let generation_config = read_json_opt(&dir.join("generation_config.json"))?;
         let template_file = dir.join("chat_template.jinja");
@@ -196,6 +251,13 @@ impl ModelCard {
                 chat_template = Some(t.to_owned());
             }
         }
+
+        let response_template = response_template(
+            tc,
+            &tokenizer_config_path,
+            reasoning_parser,
+            tool_call_parser,
+        )?;
 
         let bos_token = tc.and_then(|t| special_token(t, "bos_token"));
         let eos_token = tc.and_then(|t| special_token(t, "eos_token"));
@@ -262,6 +324,7 @@ impl ModelCard {
             reasoning_parser,
             tool_call_parser,
             parser_dialect: Dialect::Dynamo,
+            response_template,
             eos_token_ids,
             bos_token,
             eos_token,
@@ -285,6 +348,15 @@ impl ModelCard {
     pub fn with_parser_dialect(mut self, dialect: Dialect) -> Self {
         self.parser_dialect = dialect;
         self
+    }
+
+    /// Whether a parser family reads a response template (`response_template`/`hf`, `beam`).
+    pub fn uses_response_template(&self) -> bool {
+        self.reasoning_parser
+            .is_some_and(|f| is_template_family(f.name()))
+            || self
+                .tool_call_parser
+                .is_some_and(|f| is_template_family(f.name()))
     }
 
     pub fn tokenizer(&self) -> Arc<Tokenizer> {

@@ -231,10 +231,12 @@ impl Preprocessor {
             thinking: reasoning.and_then(|f| thinking_from_args(f.switch(), template_args)),
             force_nonempty_content: force_nonempty_content_from_args(template_args),
             // Dynamo's unless the worker asked for another server's reading; Dynamo's
-            // streaming quirks only in Dynamo's.
+            // streaming quirks only in Dynamo's, and not for the template families,
+            // which Dynamo lacks (they stream as vLLM's parser does).
             dialect: self.card.parser_dialect,
-            reference_streaming: self.card.parser_dialect == Dialect::Dynamo,
-            response_template: None,
+            reference_streaming: self.card.parser_dialect == Dialect::Dynamo
+                && !self.card.uses_response_template(),
+            response_template: self.card.response_template.clone(),
         };
         // Switched off, no reasoning parser runs: no `reasoning_tokens` either.
         parsers.reasoning = parsers.active_reasoning();

@@ -602,3 +602,138 @@ fn a_failed_frame_on_one_prompt_fails_the_batch() {
     assert_eq!(text.matches("[DONE]").count(), 1);
     assert!(text.contains("\"error\""), "{text}");
 }
+
+// --- template families: the checkpoint's response_template ------------------------
+
+/// The reference model's files in a fresh directory, its tokenizer config carrying
+/// `response_template` (left out when `None`).
+fn model_dir_with(name: &str, response_template: Option<Value>) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "shakedown-response-template-{}-{name}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["tokenizer.json", "config.json", "generation_config.json"] {
+        std::fs::copy(model_dir().join(file), dir.join(file)).unwrap();
+    }
+    let config = std::fs::read(model_dir().join("tokenizer_config.json")).unwrap();
+    let mut config: Value = serde_json::from_slice(&config).unwrap();
+    if let Some(template) = response_template {
+        config["response_template"] = template;
+    }
+    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+    dir
+}
+
+/// Markers no fixed family reads, so only the checkpoint's template can split them.
+fn reflect_template() -> Value {
+    json!({"start_anchor": "<|im_start|>assistant\n", "fields": {
+        "thinking": {"open": "<reflect>", "close": "</reflect>"},
+        "tool_calls": {"open": "<call>", "close": "</call>", "content": "json",
+            "transform": {"type": "function",
+                "function": {"name": "{content.name}", "arguments": "{content.arguments}"}}}}})
+}
+
+fn template_model(name: &str, reasoning: &str, tool_call: &str) -> Preprocessor {
+    let dir = model_dir_with(name, Some(reflect_template()));
+    let card = ModelCard::from_dir(&dir, Some("m"), Some(reasoning), Some(tool_call));
+    std::fs::remove_dir_all(&dir).unwrap();
+    Preprocessor::new(card.unwrap()).unwrap()
+}
+
+#[test]
+fn template_families_parse_with_the_checkpoints_response_template() {
+    let text = r#"<reflect>plan</reflect>Sure.<call>{"name": "get_weather", "arguments": {"city": "Paris"}}</call>"#;
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    // `hf` is vLLM's name for the family; `beam` reads the checkpoint's template when
+    // it has one (its built-in one otherwise).
+    for (name, reasoning, tool_call) in [
+        ("hf", "hf", "hf"),
+        ("rt", "response_template", "response_template"),
+        ("beam", "beam", "beam"),
+    ] {
+        let model = template_model(&format!("parse-{name}"), reasoning, tool_call);
+        let plan = chat(&model, json!({"tools": tools}));
+        let (status, body) = drive(plan, &token_frames(text));
+        assert_eq!(status, 200, "{name}: {body:?}");
+        let body: Value = serde_json::from_str(&body[0]).unwrap();
+        let message = &body["choices"][0]["message"];
+        assert_eq!(message["reasoning_content"], "plan", "{name}: {body}");
+        assert_eq!(message["content"], "Sure.", "{name}: {body}");
+        let call = &message["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "get_weather", "{name}: {body}");
+        assert_eq!(call["arguments"], r#"{"city":"Paris"}"#, "{name}: {body}");
+        assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+
+        // Streamed: the same reply in chunks.
+        let plan = chat(&model, json!({"tools": tools, "stream": true}));
+        let (_, events) = drive(plan, &token_frames(text));
+        let (mut reasoning, mut content, mut arguments) =
+            (String::new(), String::new(), String::new());
+        for event in &events[..events.len() - 1] {
+            let delta = &serde_json::from_str::<Value>(event).unwrap()["choices"][0]["delta"];
+            reasoning += delta["reasoning_content"].as_str().unwrap_or("");
+            content += delta["content"].as_str().unwrap_or("");
+            for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                arguments += call["function"]["arguments"].as_str().unwrap_or("");
+            }
+        }
+        assert_eq!(
+            (reasoning.as_str(), content.as_str(), arguments.as_str()),
+            ("plan", "Sure.", r#"{"city":"Paris"}"#),
+            "{name}: {events:?}"
+        );
+    }
+}
+
+#[test]
+fn a_template_family_without_a_usable_template_is_refused_at_load() {
+    let load = |name: &str, template: Option<Value>, reasoning, tool_call| {
+        let dir = model_dir_with(&format!("load-{name}"), template);
+        let card = ModelCard::from_dir(&dir, Some("m"), reasoning, tool_call);
+        std::fs::remove_dir_all(&dir).unwrap();
+        card.map(|c| c.response_template.is_some())
+            .map_err(|e| e.to_string())
+    };
+    let err = load("missing", None, Some("hf"), None).unwrap_err();
+    assert!(
+        err.contains(
+            "reasoning parser 'response_template' needs the checkpoint's response_template"
+        ) && err.contains("tokenizer_config.json has none"),
+        "{err}"
+    );
+    let err = load("bad", Some(json!({"fields": {}})), None, Some("hf")).unwrap_err();
+    assert!(
+        err.contains("(tool-call parser 'response_template'): invalid response_template: 'fields' must be a non-empty object"),
+        "{err}"
+    );
+    // A reasoning parser needs the thinking field, a tool-call parser the tool_calls one.
+    let no_thinking = json!({"start_anchor": "<|im_start|>assistant\n",
+        "fields": {"tool_calls": reflect_template()["fields"]["tool_calls"].clone()}});
+    let err = load("nothink", Some(no_thinking.clone()), Some("hf"), Some("hf")).unwrap_err();
+    assert!(
+        err.contains("the response_template has no 'thinking' field"),
+        "{err}"
+    );
+    assert_eq!(
+        load("toolsonly", Some(no_thinking), None, Some("hf")),
+        Ok(true)
+    );
+    // Beam falls back to its built-in template; other families never read the key.
+    assert_eq!(load("beam", None, Some("beam"), Some("beam")), Ok(false));
+    let err = load("beambad", Some(json!([])), Some("beam"), None).unwrap_err();
+    assert!(
+        err.contains("invalid response_template: it must be an object"),
+        "{err}"
+    );
+    assert_eq!(
+        load(
+            "other",
+            Some(json!([])),
+            Some("deepseek_r1"),
+            Some("hermes")
+        ),
+        Ok(false)
+    );
+}

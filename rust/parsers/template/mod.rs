@@ -402,6 +402,16 @@ impl Template {
         .clone()
     }
 
+    /// Whether the template has a `thinking` field (a reasoning parser needs one).
+    pub fn has_thinking(&self) -> bool {
+        self.thinking.is_some()
+    }
+
+    /// Whether the template has a `tool_calls` field (a tool-call parser needs one).
+    pub fn has_tool_calls(&self) -> bool {
+        self.tool_calls.is_some()
+    }
+
     /// Every field's opener and closer, in the order `2 * field + closer`.
     fn anchors(&self) -> impl Iterator<Item = Option<&Anchor>> {
         self.fields
