@@ -200,10 +200,27 @@ impl JsonCalls {
             self.args.reset();
             self.args_text.clear();
         }
-        match self.args.feed(bytes) {
+        // Dynamo's DeepSeek V3.1 cuts the call at its end marker before reading the
+        // arguments: JSON left open there (`{"city` + the marker) is no call, and
+        // the marker is not read as part of a string.
+        let mut json = bytes;
+        let mut closes = false;
+        if self.compact_args && self.family == Family::DeepseekV31 {
+            if let Some(close) = &self.sets.close {
+                match close.scan(rest) {
+                    Scan::Found { start, .. } => (json, closes) = (&bytes[..start], true),
+                    Scan::Partial { hold_from: 0 } => return None,
+                    Scan::Partial { hold_from } => json = &bytes[..hold_from],
+                }
+            }
+        }
+        match self.args.feed(json) {
             Scanned::More => {
-                self.take_args(rest, sink);
-                Some(rest.len())
+                self.take_args(&rest[..json.len()], sink);
+                if closes {
+                    self.fail("the call ends inside its arguments", sink);
+                }
+                Some(json.len())
             }
             Scanned::Done(n) => {
                 self.take_args(&rest[..n], sink);
