@@ -85,9 +85,9 @@ pub struct JailRules {
     /// start marker ([`basic_whole`](crate::parsers::tools::json_calls::basic_whole)):
     /// a bare list says the text before it (llama3_json, mistral).
     basic_marker: Option<&'static str>,
-    /// Calls are read by that parse too (llama3_json; mistral reads only whole
-    /// call objects, as the family parser's reading, filtered, does).
-    basic_calls: bool,
+    /// After the marker only whole call objects count (mistral's parse,
+    /// [`basic_whole::parse_whole_objects`]).
+    whole_objects: bool,
     /// Held text without calls whose first start marker follows other text goes
     /// out whole (live-checked, mistral: `[R` + `[TOOL_CALLS]`, `{a[TOOL_CALLS]f[ARGS]{}`).
     keeps_text_before_marker: bool,
@@ -173,7 +173,7 @@ impl JailRules {
                 "mistral" => Some("[TOOL_CALLS]"),
                 _ => None,
             },
-            basic_calls: name == "llama3_json",
+            whole_objects: name == "mistral",
             keeps_text_before_marker: name == "mistral",
             unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
             bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
@@ -243,6 +243,18 @@ impl JailRules {
                 .starts
                 .iter()
                 .any(|m| text.split(m).any(json_piece_parses))
+    }
+
+    /// Whether a start marker in the text opens a list (`[TOOL_CALLS][…`): only
+    /// such a jail ends at its last `]` (live-checked: `[TOOL_CALLS]{…}]` + ` ok`
+    /// holds on to the end of output).
+    fn opens_list(&self, text: &str) -> bool {
+        self.first_start(text).is_some_and(|at| {
+            self.starts
+                .iter()
+                .find_map(|m| text[at..].strip_prefix(m))
+                .is_some_and(|after| after.trim_start().starts_with('['))
+        })
     }
 
     /// Whether held text without calls is dropped for the end marker in it.
@@ -494,7 +506,7 @@ impl ToolJail {
         let end = own_end.into_iter().chain(find_end(self.rules.ends)).min();
         let end = match end {
             Some(end) => end,
-            None if self.rules.ends_after_text_past_list && self.rules.has_start(&self.held) => {
+            None if self.rules.ends_after_text_past_list && self.rules.opens_list(&self.held) => {
                 match self.held.rfind(']').map(|at| at + 1) {
                     Some(end)
                         if !self.held[end..].trim().is_empty()
@@ -620,7 +632,7 @@ impl ToolJail {
                 content: parse.content,
             };
         }
-        if let Some(marker) = self.rules.basic_marker.filter(|_| self.rules.basic_calls) {
+        if let Some(marker) = self.rules.basic_marker {
             return self.parse_basic(text, marker);
         }
         // The reference trims the held text before parsing it (a string cut by the
@@ -643,14 +655,7 @@ impl ToolJail {
             || (self.rules.json_after_marker && self.rules.marker_without_json(text))
             || (self.rules.trigger == Trigger::Json && self.rules.call_without_arguments(text))
         {
-            return match self.rules.basic_marker {
-                Some(marker) => self.basic_no_calls(
-                    text,
-                    marker,
-                    basic_whole::parse_whole(text, marker).content,
-                ),
-                None => self.no_calls(text),
-            };
+            return self.no_calls(text);
         }
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
@@ -670,7 +675,11 @@ impl ToolJail {
     /// the family's rules (`no_calls`), but goes out whole where the family keeps
     /// the text before its first marker.
     fn parse_basic(&self, text: &str, marker: &str) -> Parsed {
-        let parse = basic_whole::parse_whole(text, marker);
+        let parse = if self.rules.whole_objects {
+            basic_whole::parse_whole_objects(text, marker, true)
+        } else {
+            basic_whole::parse_whole(text, marker, true)
+        };
         if !parse.calls.is_empty() {
             let content = match self.rules.content_start(text) {
                 Some(at) if self.rules.keeps_space_before_start => text[..at].trim_start(),

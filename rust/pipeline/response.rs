@@ -22,8 +22,7 @@ use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::is_valid;
 use crate::parsers::tools::harmony_whole;
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
-use crate::parsers::tools::json_calls::hermes_whole;
-use crate::parsers::tools::json_calls::pythonic_whole;
+use crate::parsers::tools::json_calls::{basic_whole, hermes_whole, pythonic_whole};
 use crate::parsers::{CallDelta, ChatParser, Delta};
 use serde_json::value::RawValue;
 
@@ -1070,6 +1069,22 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         stream_arguments: false,
         ..spec.clone()
     };
+    // Dynamo's mistral parse, JSON cut short not closed (live-checked:
+    // `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}` stay text).
+    if spec.tool_call.is_some_and(|f| f.name() == "mistral") {
+        let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
+        return parse
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, (name, arguments))| CallDelta {
+                index,
+                id: Some(new_call_id()),
+                name: Some(name),
+                arguments,
+            })
+            .collect();
+    }
     let answer = match spec.tool_call.map(|f| f.name()) {
         Some("hermes" | "qwen3_coder") => closed_blocks(answer, "<tool_call>", "</tool_call>"),
         Some("deepseek_v3_1") => closed_blocks(answer, DSV31_SECTION, DSV31_SECTION_END),

@@ -32,13 +32,63 @@ pub struct WholeParse {
     pub content: Option<String>,
 }
 
-/// Parse `text` as Dynamo's basic JSON parser does with one start `marker`.
-pub fn parse_whole(text: &str, marker: &str) -> WholeParse {
+/// Parse `text` as Dynamo's basic JSON parser does with one start `marker`;
+/// `close_cut`: bare JSON cut short is closed and read again (the jail's parse;
+/// a forced tool choice's held answer is read without it).
+pub fn parse_whole(text: &str, marker: &str, close_cut: bool) -> WholeParse {
     let text = text.trim();
     match text.find(marker) {
         Some(at) => marked(text, marker, text[..at].trim()),
-        None => bare(text),
+        None => bare(text, close_cut),
     }
+}
+
+/// Parse `text` as Dynamo's mistral parser does: as [`parse_whole`], but only
+/// the text right after the first `[TOOL_CALLS]` is read, and only whole objects
+/// count: one, or the elements of a list up to the first that is not whole
+/// (`[{…}, {"name":"b"` reads the first; `{…}}` reads the object;
+/// `[TOOL_CALLS][TOOL_CALLS]{…}` reads nothing).
+pub fn parse_whole_objects(text: &str, marker: &str, close_cut: bool) -> WholeParse {
+    let text = text.trim();
+    let Some(at) = text.find(marker) else {
+        return bare(text, close_cut);
+    };
+    let after = text[at + marker.len()..].trim_start();
+    let items = match after.as_bytes().first() {
+        Some(b'{') => first_value(after).map(|(v, _)| v).into_iter().collect(),
+        Some(b'[') => whole_elements(&after[1..]),
+        _ => Vec::new(),
+    };
+    if items.is_empty() {
+        return WholeParse {
+            calls: Vec::new(),
+            content: Some(String::new()),
+        };
+    }
+    WholeParse {
+        calls: items.into_iter().filter_map(call).collect(),
+        content: Some(text[..at].trim().to_owned()),
+    }
+}
+
+/// The first JSON value `text` starts with, and the rest after it.
+fn first_value(text: &str) -> Option<(&str, &str)> {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
+    let value = values.next()?.ok()?;
+    Some((value.get(), &text[values.byte_offset()..]))
+}
+
+/// The whole elements at the start of a list's insides, up to the first that is not.
+fn whole_elements(mut rest: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    while let Some((value, after)) = first_value(rest) {
+        found.push(value);
+        match after.trim_start().strip_prefix(',') {
+            Some(next) => rest = next,
+            None => break,
+        }
+    }
+    found
 }
 
 fn marked(text: &str, marker: &str, before: &str) -> WholeParse {
@@ -75,7 +125,7 @@ fn marked(text: &str, marker: &str, before: &str) -> WholeParse {
     }
 }
 
-fn bare(text: &str) -> WholeParse {
+fn bare(text: &str, close_cut: bool) -> WholeParse {
     let Some(at) = text.find(['{', '[']) else {
         return unread();
     };
@@ -89,6 +139,9 @@ fn bare(text: &str) -> WholeParse {
     }
     if let Some(calls) = list_calls(json) {
         return said(calls);
+    }
+    if !close_cut {
+        return unread();
     }
     let json = closed(json);
     if let Some(one) = call(&json) {
@@ -135,7 +188,7 @@ mod tests {
     const TAG: &str = "<|python_tag|>";
 
     fn parse(text: &str) -> (Vec<(String, String)>, Option<String>) {
-        let parse = parse_whole(text, TAG);
+        let parse = parse_whole(text, TAG, true);
         (parse.calls, parse.content)
     }
 
@@ -156,6 +209,8 @@ mod tests {
         // Closing does not make `"b":` a value.
         assert_eq!(parse(r#"{"name":"a","arguments":{"b":"#), (vec![], None));
         assert_eq!(parse("[1, 2"), (vec![], None));
+        let unclosed = parse_whole(r#"{"name":"","arguments":{"#, TAG, false);
+        assert_eq!((unclosed.calls, unclosed.content), (vec![], None));
     }
 
     #[test]
@@ -178,6 +233,34 @@ mod tests {
         assert_eq!(
             parse(r#"hi <|python_tag|>{"name":"a","arguments":{}} bye"#),
             (one("a", "{}"), Some("hi".into()))
+        );
+    }
+
+    #[test]
+    fn mistral_reads_whole_objects_only() {
+        let read = |text| {
+            let parse = parse_whole_objects(text, "[TOOL_CALLS]", true);
+            (parse.calls, parse.content)
+        };
+        assert_eq!(
+            read(r#"[TOOL_CALLS][{"name":"a","arguments":{}}, {"name":"b","arguments":{"c":1}"#),
+            (one("a", "{}"), Some("".into()))
+        );
+        assert_eq!(
+            read(r#"[TOOL_CALLS]{"name":"a","parameters":1}}"#),
+            (one("a", "1"), Some("".into()))
+        );
+        assert_eq!(
+            read(r#"[TOOL_CALLS][{"name":"a","arguments":{"b":1}"#),
+            (vec![], Some("".into()))
+        );
+        assert_eq!(
+            read(r#"[TOOL_CALLS][{"name":"e","":{}}]"#),
+            (vec![], Some("".into()))
+        );
+        assert_eq!(
+            read(r#"[TOOL_CALLS][TOOL_CALLS]{"name":"a","arguments":{}}"#),
+            (vec![], Some("".into()))
         );
     }
 
