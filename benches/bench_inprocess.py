@@ -12,7 +12,8 @@ the min is the figure least touched by other jobs.
 
 With --before DIR the same rounds also run against another checkout's `python/` (with its
 built `_core`), and with --build NAME=DIR (repeatable) against further ones: one worker
-process per build, rounds alternated, so all see the same load. Compare the rows of one run.
+process per build, rounds alternated (each round starting with the next build), so all see
+the same load. Compare the rows of one run.
 
 usage: python benches/bench_inprocess.py [--rounds 15] [--requests 400] [--stream]
                                          [--before DIR] [--build NAME=DIR ...]
@@ -156,8 +157,11 @@ def main() -> int:
     for name, (_proc, hello) in workers.items():
         print(f"{name}: {Path(hello['from']).parent.parent}")
     results: dict[str, list[dict[str, float]]] = {name: [] for name in rows}
-    for _ in range(args.rounds):
-        for name, (proc, _hello) in workers.items():
+    names = list(workers)
+    for i in range(args.rounds):
+        # Each round starts with the next build, so that no build always goes first.
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            proc = workers[name][0]
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(f"{args.requests}\n")
             proc.stdin.flush()
