@@ -162,8 +162,9 @@ impl ResponseState {
         }
         self.fed = true;
         self.announce(out);
-        match parse_frame(frame) {
-            Ok(Frame::Output(output)) => self.output(&output, out),
+        let mut output = EngineOutput::default();
+        match parse_frame(frame, &mut output) {
+            Ok(Frame::Output) => self.output(&output, out),
             Ok(Frame::Skip) => {}
             // A 4xx the engine reports as `{"message","code"}` reaches the client;
             // any other failure, and malformed frames, become a generic 500.

@@ -46,6 +46,25 @@ fn overlap(text: &str, marker: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Where `marker` first occurs in `text`. The texts are a token or two long: `str::find`
+/// would build a two-way searcher for `marker` on every call, which costs more than
+/// checking each occurrence of the marker's first byte.
+fn find(text: &str, marker: &str) -> Option<usize> {
+    let (hay, needle) = (text.as_bytes(), marker.as_bytes());
+    let Some(&first) = needle.first() else {
+        return Some(0);
+    };
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(first, &hay[from..]) {
+        let at = from + i;
+        if hay[at..].starts_with(needle) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
 /// An overlap counts from `min` bytes on.
 fn at_least(n: usize, min: usize) -> usize {
     if n >= min {
@@ -68,7 +87,7 @@ impl ReasoningParse for ReferenceThink {
                 continue;
             }
             if self.in_reasoning {
-                if let Some(at) = rest.find(self.close) {
+                if let Some(at) = find(rest, self.close) {
                     out.reasoning.push_str(&rest[..at]);
                     pos += at + self.close.len();
                     self.in_reasoning = false;
@@ -84,8 +103,8 @@ impl ReasoningParse for ReferenceThink {
                 pos += cut;
                 break;
             }
-            let open = rest.find(self.open);
-            let close = rest.find(self.close);
+            let open = find(rest, self.open);
+            let close = find(rest, self.close);
             match (open, close) {
                 (Some(o), c) if c.map_or(true, |c| o < c) => {
                     out.content.push_str(&rest[..o]);
