@@ -129,6 +129,24 @@ def test_unknown_parser_is_refused_at_load() -> None:
         Pipeline(MODEL_DIR, tool_call_parser="nope")
 
 
+def test_template_family_without_the_checkpoints_template_is_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    """`hf` reads `response_template` from tokenizer_config.json, as vLLM does; `beam` falls
+    back to its built-in one."""
+    for name in ("tokenizer.json", "config.json", "generation_config.json"):
+        (tmp_path / name).write_bytes((MODEL_DIR / name).read_bytes())
+    config = json.loads((MODEL_DIR / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(shakedown.ModelError, match="needs the checkpoint's response_template"):
+        Pipeline(tmp_path, tool_call_parser="hf")
+    assert Pipeline(tmp_path, tool_call_parser="beam", reasoning_parser="beam")
+    config["response_template"] = {"fields": {}}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(shakedown.ModelError, match="'fields' must be a non-empty object"):
+        Pipeline(tmp_path, reasoning_parser="hf")
+
+
 def test_missing_model_dir_is_a_model_error(tmp_path: Path) -> None:
     with pytest.raises(shakedown.ModelError):
         Pipeline(tmp_path)

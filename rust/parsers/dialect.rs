@@ -132,6 +132,7 @@ impl Dialect {
     /// keeps content as written, but its DSML detectors (DeepSeek V3.2, V4, V4.1) drop the
     /// blank line the chat template puts before the block, and its `qwen25` detector (also
     /// `qwen`; not `hermes`) takes the whitespace between two calls as their separator.
+    /// vLLM's response-template parser (`hf`, `beam`) hands out content as written.
     pub fn space_before_calls(self, family: &str, spelling: &str) -> SpaceBeforeCalls {
         if self == Dialect::Sglang && matches!(spelling, "qwen25" | "qwen") {
             return SpaceBeforeCalls::BetweenCallsDropped;
@@ -141,6 +142,7 @@ impl Dialect {
                 Dialect::Vllm,
                 "qwen3_coder" | "glm45" | "glm47" | "seed_oss" | "gemma4" | "minimax_m2",
             ) => SpaceBeforeCalls::BlankDroppedUntilText,
+            (Dialect::Vllm, "response_template" | "beam") => SpaceBeforeCalls::Kept,
             (Dialect::Vllm, _) => SpaceBeforeCalls::BlankDropped,
             (Dialect::Sglang, "deepseek_v3_2" | "deepseek_v4" | "deepseek_v4_1") => {
                 SpaceBeforeCalls::BlankLineDropped

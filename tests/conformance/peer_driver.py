@@ -399,6 +399,9 @@ def main() -> int:
         if key not in tokenizers:
             tokenizers[key] = TOKENIZERS[key[0]](args.tokenizer, list(key[1:]))
         tok = tokenizers[key]
+        # The checkpoint's `response_template`, where vLLM's and SGLang's parsers look.
+        if case.get("response_template") is not None:
+            tok.response_template = case["response_template"]  # type: ignore[attr-defined]
         # vLLM's `beam` reads the checkpoint's `response_template` metadata: a Beam
         # checkpoint's is the profile SGLang ships.
         if "beam" in (case["tool"], case["reasoning"]) and not hasattr(tok, "response_template"):

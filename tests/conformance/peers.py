@@ -155,6 +155,8 @@ def ours(fam: Family, dialect: str | None, text: str, deltas: list[str] | None) 
         options["tools"] = wellformed.TOOLS
     if dialect:
         options["dialect"] = dialect
+    if fam.response_template is not None:
+        options["response_template"] = fam.response_template
     if deltas is None:
         msg = parse(text, **options)
         calls = [[c.name, c.arguments] for c in msg.tool_calls]
@@ -289,6 +291,7 @@ def run(
                         "peer": "sglang" if peer == "sglang" else "vllm", "reasoning": names[0],
                         "tool": names[1], "text": text, "tools": wellformed.TOOLS if names[1] else [],
                         "tokens": list(fam.tokens), "vocab": fam.vocab,
+                        "response_template": fam.response_template,
                     }  # fmt: skip
                     answer = drivers["plugin" if peer == "plugin" else "peers"].ask(request)
                     deltas = answer["deltas"] or [text]

@@ -78,6 +78,31 @@ def _tools_json(tools: Sequence[Any] | None) -> str | None:
     return text
 
 
+# The families that parse with a checkpoint's response template, and the last template
+# written as JSON (held, so its id is not reused): one tokenizer serves every request.
+_TEMPLATE_FAMILIES = {"response_template", "beam"}
+_last_template: tuple[Any, str] = (None, "")
+
+
+def _response_template(tokenizer: Any, family: str) -> dict[str, Any]:
+    """`response_template=` for a template family: the checkpoint's template, found where
+    vLLM's own parser looks (the tokenizer's attribute, else its init kwargs). None found:
+    no option (`beam` then parses with its built-in template)."""
+    global _last_template
+    if family not in _TEMPLATE_FAMILIES or tokenizer is None:
+        return {}
+    template = getattr(tokenizer, "response_template", None)
+    if not isinstance(template, dict):
+        template = (getattr(tokenizer, "init_kwargs", None) or {}).get("response_template")
+    if not isinstance(template, dict):
+        return {}
+    held, text = _last_template
+    if held is not template:
+        text = json.dumps(template)
+        _last_template = (template, text)
+    return {"response_template": text}
+
+
 def _tool_dict(tool: Any) -> dict[str, Any]:
     """One tool as a plain dict. vLLM's tool model is read field by field: its pydantic
     serializer costs more than the whole parse of a short reply."""
@@ -123,6 +148,7 @@ class ShakedownToolParser(_ToolParserBase):  # type: ignore[misc]
         super().__init__(tokenizer, tools)
         self._declared = tools
         self._tools = _tools_json(tools)
+        self._template = _response_template(tokenizer, self.family)
         self._stream: ToolCallParser | None = None
 
     def _request_tools(self, request: Any) -> str | None:
@@ -135,7 +161,9 @@ class ShakedownToolParser(_ToolParserBase):  # type: ignore[misc]
 
     def extract_tool_calls(self, model_output: str, request: Any) -> Any:
         tools = self._request_tools(request)
-        message = parse(model_output, tool_call=self.family, tools=tools, **_DIALECT)
+        message = parse(
+            model_output, tool_call=self.family, tools=tools, **_DIALECT, **self._template
+        )
         calls = [
             _protocol.ToolCall(
                 id=call.id,
@@ -150,7 +178,7 @@ class ShakedownToolParser(_ToolParserBase):  # type: ignore[misc]
     def _parser(self, request: Any) -> ToolCallParser:
         if self._stream is None:
             tools = self._request_tools(request)
-            self._stream = ToolCallParser(self.family, tools=tools, **_DIALECT)
+            self._stream = ToolCallParser(self.family, tools=tools, **_DIALECT, **self._template)
         return self._stream
 
     def extract_tool_calls_streaming(
@@ -189,13 +217,18 @@ class ShakedownReasoningParser(_ReasoningParserBase):  # type: ignore[misc]
         self._in_reasoning: bool | None = None
         self._stream: ReasoningParser | None = None
         self._ended = False
+        self._template = _response_template(tokenizer, self.family)
 
     def _new(self, in_reasoning: bool | None = None, inherit: bool = True) -> ReasoningParser:
         start = self._in_reasoning if inherit else in_reasoning
         if self.tool_call is None:
-            return ReasoningParser(self.family, in_reasoning=start, **_DIALECT)
+            return ReasoningParser(self.family, in_reasoning=start, **_DIALECT, **self._template)
         return ReasoningParser(
-            self.family, in_reasoning=start, tool_call=self.tool_call, **_DIALECT
+            self.family,
+            in_reasoning=start,
+            tool_call=self.tool_call,
+            **_DIALECT,
+            **self._template,
         )
 
     def _first_content_token(self, token_ids: Sequence[int]) -> int | None:

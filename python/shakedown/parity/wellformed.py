@@ -367,6 +367,27 @@ class Family:
     # The tokenizer the peers get: the tests' DeepSeek one with `tokens` added, or the
     # family's own ("harmony": gpt-oss's, for parsers that read token ids).
     vocab: str = "deepseek"
+    # The checkpoint's `response_template` (the template families read it from the
+    # tokenizer; shakedown takes it as `response_template=`).
+    response_template: dict[str, Any] | None = None
+
+
+# A checkpoint's response template with Qwen-style markers (calls as Hermes writes them).
+QWEN_TEMPLATE: dict[str, Any] = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close": "</tool_call>",
+            "content": "json",
+            "transform": {
+                "type": "function",
+                "function": {"name": "{content.name}", "arguments": "{content.arguments}"},
+            },
+        },
+    },
+}
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -428,6 +449,11 @@ FAMILIES: tuple[Family, ...] = (
     # Parsed with Beam's response template (SGLang's built-in; vLLM reads the checkpoint's).
     Family("beam", ("beam", "beam"), ("beam", "beam"), ("beam", "beam"), compose=_beam,
            tokens=BEAM),
+    # Parsed with the checkpoint's response template (vLLM's name for the family is `hf`).
+    Family("response_template", ("response_template", "response_template"), ("hf", "hf"),
+           ("response_template", "response_template"), _hermes, THINK,
+           tokens=("<|im_start|>", "<tool_call>", "</tool_call>", "<think>", "</think>"),
+           response_template=QWEN_TEMPLATE),
     # Reasoning alone.
     Family("deepseek_r1", ("deepseek_r1", None), ("deepseek_r1", None), ("deepseek-r1", None),
            reasoning=THINK_INSIDE, tokens=("<think>", "</think>")),
