@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from shakedown._core import Pipeline
+from shakedown.parity.wellformed import QWEN_TEMPLATE
 
 PARAGRAPH = (
     "The forecast for Zürich shows light rain in the morning, clearing by noon; "
@@ -20,23 +21,6 @@ ARGS = {
     "days": 3,
     "units": "metric",
     "filters": {"hourly": True, "fields": ["temp", "rain", "wind"], "note": 'a {brace} "quote"'},
-}
-
-# A checkpoint's `response_template` (Qwen-style markers) for the `response_template` row.
-RESPONSE_TEMPLATE = {
-    "start_anchor": "<|im_start|>assistant\n",
-    "fields": {
-        "thinking": {"open": "<think>", "close": "</think>"},
-        "tool_calls": {
-            "open": "<tool_call>",
-            "close": "</tool_call>",
-            "content": "json",
-            "transform": {
-                "type": "function",
-                "function": {"name": "{content.name}", "arguments": "{content.arguments}"},
-            },
-        },
-    },
 }
 
 FORMATS: dict[str, dict[str, Any]] = {
@@ -106,7 +90,7 @@ FORMATS: dict[str, dict[str, Any]] = {
     "response_template": {
         "reasoning": "hf",
         "tool_call": "hf",
-        "response_template": RESPONSE_TEMPLATE,
+        "response_template": QWEN_TEMPLATE,
     },
 }
 

@@ -1023,8 +1023,8 @@ fn only_named(mut parsed: Parsed, named: Option<&str>) -> Parsed {
     parsed
 }
 
-/// A qwen3_coder jail, to read an answer whole as the reference does.
-/// The jail of the request's own tool-call family.
+/// The jail of the request's own tool-call family, to read an answer whole as the
+/// reference does.
 fn family_jail(spec: &ChatParserSpec) -> ToolJail {
     let (name, markers) = spec.tool_call.map_or(("", &[][..]), |f| {
         (f.name(), f.build(spec.tools.clone()).start_markers())
@@ -1033,9 +1033,10 @@ fn family_jail(spec: &ChatParserSpec) -> ToolJail {
 }
 
 /// The calls in a forced tool choice's held answer, as Dynamo reads it at the end
-/// (not harmony): with qwen3_coder, JSON call objects ending the answer win over
-/// the family's calls (deepseek_v3_1 keeps its own); else the family's parse, where (hermes, qwen3_coder) a `<tool_call>`
-/// block the output ends inside is no call.
+/// (not harmony): `default`, pythonic and mistral by Dynamo's whole parses; with
+/// qwen3_coder, JSON call objects ending the answer win over the family's calls
+/// (deepseek_v3_1 keeps its own); else the family's parse, where (hermes,
+/// qwen3_coder) a `<tool_call>` block the output ends inside is no call.
 fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
     let whole = match spec.tool_call.map(|f| f.name()) {
         // Dynamo's `default` parse at the end of output (live-checked:
@@ -1045,6 +1046,11 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         // Python (`[f(a='x')][g()]`) gives no call.
         Some("pythonic") => {
             Some(pythonic_whole::parse_whole(answer).map_or(Vec::new(), |p| p.calls))
+        }
+        // Its mistral parse, JSON cut short not closed (live-checked:
+        // `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}` stay text).
+        Some("mistral") => {
+            Some(basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false).calls)
         }
         _ => None,
     };
@@ -1070,22 +1076,6 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         stream_arguments: false,
         ..spec.clone()
     };
-    // Dynamo's mistral parse, JSON cut short not closed (live-checked:
-    // `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}` stay text).
-    if spec.tool_call.is_some_and(|f| f.name() == "mistral") {
-        let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
-        return parse
-            .calls
-            .into_iter()
-            .enumerate()
-            .map(|(index, (name, arguments))| CallDelta {
-                index,
-                id: Some(new_call_id()),
-                name: Some(name),
-                arguments,
-            })
-            .collect();
-    }
     let answer = match spec.tool_call.map(|f| f.name()) {
         Some("hermes" | "qwen3_coder") => closed_blocks(answer, "<tool_call>", "</tool_call>"),
         Some("deepseek_v3_1") => closed_blocks(answer, DSV31_SECTION, DSV31_SECTION_END),

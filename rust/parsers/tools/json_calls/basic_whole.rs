@@ -17,8 +17,6 @@
 //!   skipped, and a list that parses says only the text before it, calls or not
 //!   (`x [1]` → `x`).
 
-use std::collections::BTreeMap;
-
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -160,25 +158,14 @@ fn unread() -> WholeParse {
     }
 }
 
-/// The calls of a JSON list, its elements that are not calls skipped.
 fn list_calls(json: &str) -> Option<Vec<(String, String)>> {
-    let items: Vec<&RawValue> = serde_json::from_str(json).ok()?;
-    Some(
-        items
-            .into_iter()
-            .filter_map(|item| call(item.get()))
-            .collect(),
-    )
+    super::list_calls(json, call)
 }
 
 /// A call object: a string `name`, and `parameters` or else `arguments` as written.
 fn call(json: &str) -> Option<(String, String)> {
-    let members: BTreeMap<String, &RawValue> = serde_json::from_str(json).ok()?;
-    let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
-    let arguments = members
-        .get("parameters")
-        .or_else(|| members.get("arguments"))?;
-    Some((name, arguments.get().to_owned()))
+    let (name, arguments) = super::call_object(json, &["parameters", "arguments"])?;
+    Some((name, arguments?))
 }
 
 #[cfg(test)]

@@ -19,8 +19,6 @@
 //!   result then still says the content); at the end of output JSON cut short is
 //!   closed (open string, lists, objects) and read again.
 
-use std::collections::BTreeMap;
-
 use serde_json::value::RawValue;
 
 use super::in_content::closed;
@@ -208,20 +206,14 @@ fn calls_in(json: &str, empty_list_counts: bool) -> Option<Vec<(String, String)>
     if let Some(call) = call(json, &["parameters", "arguments"]) {
         return Some(vec![call]);
     }
-    let items: Vec<&RawValue> = serde_json::from_str(json).ok()?;
-    let calls: Vec<_> = items
-        .into_iter()
-        .filter_map(|item| call(item.get(), &["arguments", "parameters"]))
-        .collect();
+    let calls = super::list_calls(json, |item| call(item, &["arguments", "parameters"]))?;
     (empty_list_counts || !calls.is_empty()).then_some(calls)
 }
 
 /// A call object: a string `name` and the first of `keys` present, as written.
 fn call(json: &str, keys: &[&str]) -> Option<(String, String)> {
-    let members: BTreeMap<String, &RawValue> = serde_json::from_str(json).ok()?;
-    let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
-    let arguments = keys.iter().find_map(|key| members.get(*key))?;
-    Some((name, arguments.get().to_owned()))
+    let (name, arguments) = super::call_object(json, keys)?;
+    Some((name, arguments?))
 }
 
 #[cfg(test)]

@@ -13,10 +13,6 @@
 //!   else `arguments`, as written (any JSON: `null`, `"x"`), else `{}`; in a list,
 //!   elements that are not calls are skipped. JSON must be strict, whole.
 
-use std::collections::BTreeMap;
-
-use serde_json::value::RawValue;
-
 use super::in_content::closed;
 
 const START: &str = "<tool_call>";
@@ -76,23 +72,12 @@ fn calls_in(json: &str) -> Option<Vec<(String, String)>> {
     if let Some(call) = call(json) {
         return Some(vec![call]);
     }
-    let items: Vec<&RawValue> = serde_json::from_str(json).ok()?;
-    Some(
-        items
-            .into_iter()
-            .filter_map(|item| call(item.get()))
-            .collect(),
-    )
+    super::list_calls(json, call)
 }
 
 fn call(json: &str) -> Option<(String, String)> {
-    let members: BTreeMap<String, &RawValue> = serde_json::from_str(json).ok()?;
-    let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
-    let arguments = members
-        .get("parameters")
-        .or_else(|| members.get("arguments"))
-        .map_or("{}", |raw| raw.get());
-    Some((name, arguments.to_owned()))
+    let (name, arguments) = super::call_object(json, &["parameters", "arguments"])?;
+    Some((name, arguments.unwrap_or_else(|| "{}".to_owned())))
 }
 
 #[cfg(test)]

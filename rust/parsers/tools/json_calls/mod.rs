@@ -38,7 +38,10 @@ mod pythonic;
 pub mod pythonic_whole;
 mod wrapper;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use serde_json::value::RawValue;
 
 use family::{sets, Family, Sets, DS_CALL_BEGIN, FAMILIES, KIMI_CALL_BEGIN};
 use pythonic::ListScan;
@@ -47,6 +50,30 @@ use wrapper::Wrapper;
 use crate::parsers::dialect::Dialect;
 use crate::parsers::json::JsonScanner;
 use crate::parsers::{CallSink, ToolParse, Tools};
+
+/// A call object as Dynamo's whole-text parses read one: a string `name`, and the
+/// first of `keys` present, as written (`None` when none is).
+fn call_object(json: &str, keys: &[&str]) -> Option<(String, Option<String>)> {
+    let members: BTreeMap<String, &RawValue> = serde_json::from_str(json).ok()?;
+    let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
+    let arguments = keys.iter().find_map(|key| members.get(*key));
+    Some((name, arguments.map(|raw| raw.get().to_owned())))
+}
+
+/// The elements of a JSON list that `call` reads as calls; `None` when `json` is
+/// no list.
+fn list_calls(
+    json: &str,
+    call: impl Fn(&str) -> Option<(String, String)>,
+) -> Option<Vec<(String, String)>> {
+    let items: Vec<&RawValue> = serde_json::from_str(json).ok()?;
+    Some(
+        items
+            .into_iter()
+            .filter_map(|item| call(item.get()))
+            .collect(),
+    )
+}
 
 pub fn build(family: &'static str, tools: &Arc<Tools>) -> Option<Box<dyn ToolParse>> {
     if family == "olmo3" {
