@@ -38,8 +38,9 @@ pub struct GuidedCalls {
     named: Option<String>,
     text: String,
     shape: Shape,
-    /// Per call: its id and how many bytes of its arguments went out.
-    sent: Vec<(String, usize)>,
+    /// Per call index: its id and how many bytes of its arguments went out (`None`
+    /// for an element that is no call: its index stays taken).
+    sent: Vec<Option<(String, usize)>>,
 }
 
 impl GuidedCalls {
@@ -82,11 +83,12 @@ impl GuidedCalls {
             if span.end.is_some() && !span.closed && !ending {
                 end -= 1;
             }
-            let first = index == self.sent.len();
-            if first {
-                self.sent.push((Dialect::Dynamo.new_call_id(), start));
+            if self.sent.len() <= index {
+                self.sent.resize(index + 1, None);
             }
-            let (id, done) = &mut self.sent[index];
+            let first = self.sent[index].is_none();
+            let (id, done) =
+                self.sent[index].get_or_insert_with(|| (Dialect::Dynamo.new_call_id(), start));
             if end <= *done && !first {
                 continue;
             }
@@ -102,7 +104,23 @@ impl GuidedCalls {
 
     /// A call's first fragment went out (streaming).
     pub fn released_any(&self) -> bool {
-        !self.sent.is_empty()
+        self.sent.iter().any(Option::is_some)
+    }
+
+    /// Where the guided JSON value ended, once it closed: a named choice's object or a
+    /// `required` array (bare call objects have no end: the next one may follow).
+    /// Dynamo streams what follows as under the `auto` tool jail (live-checked).
+    pub fn closed_at(&self) -> Option<usize> {
+        let start = self.text.len() - self.text.trim_start().len();
+        match (self.text[start..].chars().next(), &self.named) {
+            (Some('{'), Some(_)) | (Some('['), None) => closing(&self.text, start),
+            _ => None,
+        }
+    }
+
+    /// The text after `closed_at`, and how many call indexes the JSON took.
+    pub fn tail(&self, at: usize) -> (&str, usize) {
+        (&self.text[at..], self.spans().len())
     }
 
     /// A `required` answer that is exactly one whole call object, no array around it
@@ -203,6 +221,16 @@ fn elements(text: &str, call_depth: usize) -> Vec<Span> {
                 if depth == call_depth {
                     let value: Option<String> = serde_json::from_str(&text[i..end]).ok();
                     if expect_key {
+                        // A key needs its `:` (`{"name""",…` is no call: the
+                        // answer is text; live-checked).
+                        match text[end..].trim_start().bytes().next() {
+                            Some(b':') => {}
+                            Some(_) => {
+                                spans.pop();
+                                break;
+                            }
+                            None => break,
+                        }
                         key = value;
                         expect_key = false;
                     } else if key.as_deref() == Some("name") {

@@ -386,6 +386,8 @@ pub struct ToolJail {
     held: String,
     /// A start-marker prefix that ended the last piece.
     partial: String,
+    /// Held text waits for the end of output (no end marker, no calls end it).
+    to_end: bool,
 }
 
 impl ToolJail {
@@ -400,6 +402,17 @@ impl ToolJail {
             jailed: false,
             held: String::new(),
             partial: String::new(),
+            to_end: false,
+        }
+    }
+
+    /// The jail after a forced tool choice's guided JSON: Dynamo holds what it jails
+    /// there to the end of output and parses it whole (live-checked, hermes: text
+    /// after a `<tool_call>` block is dropped).
+    pub fn holding_to_end(self) -> Self {
+        Self {
+            to_end: true,
+            ..self
         }
     }
 
@@ -419,7 +432,9 @@ impl ToolJail {
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
         if self.jailed {
             self.held.push_str(piece);
-            self.try_end(out);
+            if !self.to_end {
+                self.try_end(out);
+            }
         } else {
             self.feed_free(piece, out, false);
         }
@@ -440,7 +455,9 @@ impl ToolJail {
             passed.push_str(&combined[..at]);
             self.held = combined[at..].to_owned();
             self.jailed = true;
-            self.try_end(out);
+            if !self.to_end {
+                self.try_end(out);
+            }
         } else if let Some(at) = self.rules.partial_suffix(&combined) {
             passed.push_str(&combined[..at]);
             self.partial = combined[at..].to_owned();

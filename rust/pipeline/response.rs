@@ -573,6 +573,28 @@ impl ResponseState {
                         guided.whole(&mut self.delta.calls);
                     }
                     let called = guided.released_any() || !self.delta.calls.is_empty();
+                    // Once the guided value closed, Dynamo streams the rest of the
+                    // answer as under the `auto` tool jail (live-checked, hermes):
+                    // text as content, a block's calls at the end, numbered on.
+                    let closed = (tool_parser && !ending)
+                        .then(|| guided.closed_at())
+                        .flatten();
+                    if !self.plan.stream && closed.is_some() {
+                        guided.whole(&mut self.delta.calls);
+                    }
+                    let called = called || !self.delta.calls.is_empty();
+                    if let Some(at) = closed.filter(|_| called) {
+                        let (tail, taken) = guided.tail(at);
+                        let tail = tail.to_owned();
+                        let spec = self.plan.parsers.as_ref().expect("a tool parser");
+                        choice.jail = Some(family_jail(spec).holding_to_end());
+                        choice.calls_released = taken;
+                        self.emit_guided(slot, tokens, None, false, answered, out);
+                        self.logprobs.clear();
+                        self.delta.clear();
+                        self.delta.content = tail;
+                        return self.emit_jailed(slot, 0, finish, ending, false, out);
+                    }
                     if called || !ending {
                         return self.emit_guided(slot, tokens, finish, ending, answered, out);
                     }
