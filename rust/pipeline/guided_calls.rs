@@ -118,6 +118,16 @@ impl GuidedCalls {
         }
     }
 
+    /// The answer so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// A call went out at `index` (streaming).
+    pub fn sent_at(&self, index: usize) -> bool {
+        self.sent.get(index).is_some_and(Option::is_some)
+    }
+
     /// The text after `closed_at`, and how many call indexes the JSON took.
     pub fn tail(&self, at: usize) -> (&str, usize) {
         (&self.text[at..], self.spans().len())

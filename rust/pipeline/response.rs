@@ -589,14 +589,60 @@ impl ResponseState {
                         let spec = self.plan.parsers.as_ref().expect("a tool parser");
                         choice.jail = Some(family_jail(spec).holding_to_end());
                         choice.calls_released = taken;
-                        self.emit_guided(slot, tokens, None, false, answered, out);
+                        self.emit_guided(slot, tokens, None, false, answered, None, out);
                         self.logprobs.clear();
                         self.delta.clear();
                         self.delta.content = tail;
                         return self.emit_jailed(slot, 0, finish, ending, false, out);
                     }
+                    // Bare call objects to the end (hermes): Dynamo also parses the
+                    // whole answer and sends the calls at indexes the guided JSON left
+                    // free (`{"n": 2}<tool_call>{A}…` adds A at 0) with the finish
+                    // reason, `"content":""` once it parsed any (live-checked).
+                    let hermes = self
+                        .plan
+                        .parsers
+                        .as_ref()
+                        .and_then(|s| s.tool_call)
+                        .is_some_and(|f| f.name() == "hermes");
+                    let end_calls = (ending && called && hermes && guided.closed_at().is_none())
+                        .then(|| {
+                            let parse = hermes_whole::parse_whole(guided.text());
+                            let parsed = !parse.calls.is_empty();
+                            let stream = self.plan.stream;
+                            let whole = &self.delta.calls;
+                            let calls: Vec<CallDelta> = parse
+                                .calls
+                                .into_iter()
+                                .enumerate()
+                                .filter(|&(index, _)| {
+                                    !(if stream {
+                                        guided.sent_at(index)
+                                    } else {
+                                        whole.iter().any(|w| w.index == index)
+                                    })
+                                })
+                                .map(|(index, (name, arguments))| CallDelta {
+                                    index,
+                                    id: Some(new_call_id()),
+                                    name: Some(name),
+                                    arguments,
+                                })
+                                .collect();
+                            parsed.then_some(calls)
+                        })
+                        .flatten();
                     if called || !ending {
-                        return self.emit_guided(slot, tokens, finish, ending, answered, out);
+                        if !self.plan.stream {
+                            if let Some(calls) = end_calls {
+                                self.delta.calls.extend(calls);
+                                self.delta.calls.sort_by_key(|c| c.index);
+                            }
+                            return self
+                                .emit_guided(slot, tokens, finish, ending, answered, None, out);
+                        }
+                        return self
+                            .emit_guided(slot, tokens, finish, ending, answered, end_calls, out);
                     }
                     // JSON with no call in it (`[]`): Dynamo sends it as held text.
                     self.delta.content = guided.take_text();
@@ -812,6 +858,7 @@ impl ResponseState {
         finish: Option<&'static str>,
         ending: bool,
         answered: bool,
+        end_calls: Option<Vec<CallDelta>>,
         out: &mut Vec<u8>,
     ) {
         let choice = &mut self.choices[slot];
@@ -857,7 +904,8 @@ impl ResponseState {
         if finish.is_some() {
             let delta = ChatDelta {
                 role,
-                content: one_bare_call.then_some(""),
+                content: (one_bare_call || end_calls.is_some()).then_some(""),
+                tool_calls: end_calls.as_deref().unwrap_or_default(),
                 ..ChatDelta::default()
             };
             sse::begin_event(out);
