@@ -486,7 +486,16 @@ impl ToolJail {
         if held.is_empty() {
             return None;
         }
-        Some(self.parse_at(&held, Reading::End))
+        let parsed = self.parse_at(&held, Reading::End);
+        if self.to_end && parsed.calls.is_empty() {
+            // After guided JSON, held text without a call goes out as written, a
+            // closed block too (live-checked, hermes and qwen3_coder).
+            return Some(Parsed {
+                calls: Vec::new(),
+                content: held,
+            });
+        }
+        Some(parsed)
     }
 
     /// The jail ends at the first end marker or, where the family allows it (see
