@@ -113,7 +113,10 @@ impl GuidedCalls {
     pub fn closed_at(&self) -> Option<usize> {
         let start = self.text.len() - self.text.trim_start().len();
         match (self.text[start..].chars().next(), &self.named) {
-            (Some('{'), Some(_)) | (Some('['), None) => closing(&self.text, start),
+            // Only a value that is JSON (`{""}` is none: what follows is dropped).
+            (Some('{'), Some(_)) | (Some('['), None) => closing(&self.text, start).filter(|&end| {
+                serde_json::from_str::<serde::de::IgnoredAny>(&self.text[start..end]).is_ok()
+            }),
             _ => None,
         }
     }
