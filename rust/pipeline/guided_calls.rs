@@ -364,4 +364,33 @@ mod tests {
         assert_eq!(calls.feed("  \n"), Shape::Undecided);
         assert_eq!(calls.feed("Hi ["), Shape::Text);
     }
+
+    #[test]
+    fn a_key_without_its_colon_is_no_call() {
+        assert!(elements(r#"{"name""","arguments"{"#, 1).is_empty());
+        assert_eq!(elements(r#"{"name" : "f", "arguments": {}}"#, 1).len(), 1);
+    }
+
+    #[test]
+    fn a_bare_object_that_is_no_call_keeps_its_index() {
+        let mut calls = GuidedCalls::new(None);
+        calls.feed(r#"{"n": 2}<tool_call>{"name":"f","arguments":{}}"#);
+        let mut out = Vec::new();
+        calls.fragments(true, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].index, out[0].arguments.as_str()), (1, "{}"));
+        assert!(calls.sent_at(1) && !calls.sent_at(0));
+        assert_eq!(calls.closed_at(), None);
+    }
+
+    #[test]
+    fn the_guided_value_ends_where_it_closes_as_json() {
+        let mut named = GuidedCalls::new(Some("f".into()));
+        named.feed(r#" {"a": 1} hi"#);
+        assert_eq!(named.closed_at(), Some(9));
+        assert_eq!(named.tail(9), (" hi", 1));
+        let mut broken = GuidedCalls::new(Some("f".into()));
+        broken.feed(r#"{""}}"#);
+        assert_eq!(broken.closed_at(), None);
+    }
 }

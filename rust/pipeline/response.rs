@@ -63,6 +63,8 @@ struct Choice {
     jail: Option<ToolJail>,
     /// A forced tool choice: the guided JSON answer.
     guided: Option<GuidedCalls>,
+    /// Calls the end parse of bare guided call objects adds to the finish chunk.
+    guided_end_calls: Option<Vec<crate::parsers::CallDelta>>,
     /// Calls the jail released so far (the next release's indexes go on from here).
     calls_released: usize,
     /// The last text the reasoning stage released was reasoning (not answer).
@@ -441,6 +443,7 @@ impl ResponseState {
             finished: false,
             had_calls: false,
             held_calls: Vec::new(),
+            guided_end_calls: None,
             jailed: String::new(),
             answered_once: false,
             stepped: false,
@@ -589,7 +592,7 @@ impl ResponseState {
                         let spec = self.plan.parsers.as_ref().expect("a tool parser");
                         choice.jail = Some(family_jail(spec).holding_to_end());
                         choice.calls_released = taken;
-                        self.emit_guided(slot, tokens, None, false, answered, None, out);
+                        self.emit_guided(slot, tokens, None, false, answered, out);
                         self.logprobs.clear();
                         self.delta.clear();
                         self.delta.content = tail;
@@ -638,11 +641,10 @@ impl ResponseState {
                                 self.delta.calls.extend(calls);
                                 self.delta.calls.sort_by_key(|c| c.index);
                             }
-                            return self
-                                .emit_guided(slot, tokens, finish, ending, answered, None, out);
+                        } else {
+                            choice.guided_end_calls = end_calls;
                         }
-                        return self
-                            .emit_guided(slot, tokens, finish, ending, answered, end_calls, out);
+                        return self.emit_guided(slot, tokens, finish, ending, answered, out);
                     }
                     // JSON with no call in it (`[]`): Dynamo sends it as held text.
                     self.delta.content = guided.take_text();
@@ -858,10 +860,10 @@ impl ResponseState {
         finish: Option<&'static str>,
         ending: bool,
         answered: bool,
-        end_calls: Option<Vec<CallDelta>>,
         out: &mut Vec<u8>,
     ) {
         let choice = &mut self.choices[slot];
+        let end_calls = choice.guided_end_calls.take();
         let finish = settle_step(
             choice,
             &mut self.delta,
