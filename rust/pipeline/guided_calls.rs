@@ -38,8 +38,9 @@ pub struct GuidedCalls {
     named: Option<String>,
     text: String,
     shape: Shape,
-    /// Per call: its id and how many bytes of its arguments went out.
-    sent: Vec<(String, usize)>,
+    /// Per call index: its id and how many bytes of its arguments went out (`None`
+    /// for an element that is no call: its index stays taken).
+    sent: Vec<Option<(String, usize)>>,
 }
 
 impl GuidedCalls {
@@ -82,11 +83,12 @@ impl GuidedCalls {
             if span.end.is_some() && !span.closed && !ending {
                 end -= 1;
             }
-            let first = index == self.sent.len();
-            if first {
-                self.sent.push((Dialect::Dynamo.new_call_id(), start));
+            if self.sent.len() <= index {
+                self.sent.resize(index + 1, None);
             }
-            let (id, done) = &mut self.sent[index];
+            let first = self.sent[index].is_none();
+            let (id, done) =
+                self.sent[index].get_or_insert_with(|| (Dialect::Dynamo.new_call_id(), start));
             if end <= *done && !first {
                 continue;
             }
@@ -102,7 +104,36 @@ impl GuidedCalls {
 
     /// A call's first fragment went out (streaming).
     pub fn released_any(&self) -> bool {
-        !self.sent.is_empty()
+        self.sent.iter().any(Option::is_some)
+    }
+
+    /// Where the guided JSON value ended, once it closed: a named choice's object or a
+    /// `required` array (bare call objects have no end: the next one may follow).
+    /// Dynamo streams what follows as under the `auto` tool jail (live-checked).
+    pub fn closed_at(&self) -> Option<usize> {
+        let start = self.text.len() - self.text.trim_start().len();
+        match (self.text[start..].chars().next(), &self.named) {
+            // Only a value that is JSON (`{""}` is none: what follows is dropped).
+            (Some('{'), Some(_)) | (Some('['), None) => closing(&self.text, start).filter(|&end| {
+                serde_json::from_str::<serde::de::IgnoredAny>(&self.text[start..end]).is_ok()
+            }),
+            _ => None,
+        }
+    }
+
+    /// The answer so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// A call went out at `index` (streaming).
+    pub fn sent_at(&self, index: usize) -> bool {
+        self.sent.get(index).is_some_and(Option::is_some)
+    }
+
+    /// The text after `closed_at`, and how many call indexes the JSON took.
+    pub fn tail(&self, at: usize) -> (&str, usize) {
+        (&self.text[at..], self.spans().len())
     }
 
     /// A `required` answer that is exactly one whole call object, no array around it
@@ -203,6 +234,16 @@ fn elements(text: &str, call_depth: usize) -> Vec<Span> {
                 if depth == call_depth {
                     let value: Option<String> = serde_json::from_str(&text[i..end]).ok();
                     if expect_key {
+                        // A key needs its `:` (`{"name""",…` is no call: the
+                        // answer is text; live-checked).
+                        match text[end..].trim_start().bytes().next() {
+                            Some(b':') => {}
+                            Some(_) => {
+                                spans.pop();
+                                break;
+                            }
+                            None => break,
+                        }
                         key = value;
                         expect_key = false;
                     } else if key.as_deref() == Some("name") {
@@ -322,5 +363,34 @@ mod tests {
         let mut calls = GuidedCalls::new(None);
         assert_eq!(calls.feed("  \n"), Shape::Undecided);
         assert_eq!(calls.feed("Hi ["), Shape::Text);
+    }
+
+    #[test]
+    fn a_key_without_its_colon_is_no_call() {
+        assert!(elements(r#"{"name""","arguments"{"#, 1).is_empty());
+        assert_eq!(elements(r#"{"name" : "f", "arguments": {}}"#, 1).len(), 1);
+    }
+
+    #[test]
+    fn a_bare_object_that_is_no_call_keeps_its_index() {
+        let mut calls = GuidedCalls::new(None);
+        calls.feed(r#"{"n": 2}<tool_call>{"name":"f","arguments":{}}"#);
+        let mut out = Vec::new();
+        calls.fragments(true, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].index, out[0].arguments.as_str()), (1, "{}"));
+        assert!(calls.sent_at(1) && !calls.sent_at(0));
+        assert_eq!(calls.closed_at(), None);
+    }
+
+    #[test]
+    fn the_guided_value_ends_where_it_closes_as_json() {
+        let mut named = GuidedCalls::new(Some("f".into()));
+        named.feed(r#" {"a": 1} hi"#);
+        assert_eq!(named.closed_at(), Some(9));
+        assert_eq!(named.tail(9), (" hi", 1));
+        let mut broken = GuidedCalls::new(Some("f".into()));
+        broken.feed(r#"{""}}"#);
+        assert_eq!(broken.closed_at(), None);
     }
 }

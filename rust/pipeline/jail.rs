@@ -398,6 +398,8 @@ pub struct ToolJail {
     held: String,
     /// A start-marker prefix that ended the last piece.
     partial: String,
+    /// Held text waits for the end of output (no end marker, no calls end it).
+    to_end: bool,
 }
 
 impl ToolJail {
@@ -412,6 +414,17 @@ impl ToolJail {
             jailed: false,
             held: String::new(),
             partial: String::new(),
+            to_end: false,
+        }
+    }
+
+    /// The jail after a forced tool choice's guided JSON: Dynamo holds what it jails
+    /// there to the end of output and parses it whole (live-checked, hermes: text
+    /// after a `<tool_call>` block is dropped).
+    pub fn holding_to_end(self) -> Self {
+        Self {
+            to_end: true,
+            ..self
         }
     }
 
@@ -431,7 +444,9 @@ impl ToolJail {
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
         if self.jailed {
             self.held.push_str(piece);
-            self.try_end(out);
+            if !self.to_end {
+                self.try_end(out);
+            }
         } else {
             self.feed_free(piece, out, false);
         }
@@ -452,7 +467,9 @@ impl ToolJail {
             passed.push_str(&combined[..at]);
             self.held = combined[at..].to_owned();
             self.jailed = true;
-            self.try_end(out);
+            if !self.to_end {
+                self.try_end(out);
+            }
         } else if let Some(at) = self.rules.partial_suffix(&combined) {
             passed.push_str(&combined[..at]);
             self.partial = combined[at..].to_owned();
@@ -481,7 +498,16 @@ impl ToolJail {
         if held.is_empty() {
             return None;
         }
-        Some(self.parse_at(&held, Reading::End))
+        let parsed = self.parse_at(&held, Reading::End);
+        if self.to_end && parsed.calls.is_empty() {
+            // After guided JSON, held text without a call goes out as written, a
+            // closed block too (live-checked, hermes and qwen3_coder).
+            return Some(Parsed {
+                calls: Vec::new(),
+                content: held,
+            });
+        }
+        Some(parsed)
     }
 
     /// The jail ends at the first end marker or, where the family allows it (see

@@ -62,6 +62,8 @@ struct Choice {
     jail: Option<ToolJail>,
     /// A forced tool choice: the guided JSON answer.
     guided: Option<GuidedCalls>,
+    /// Calls the end parse of bare guided call objects adds to the finish chunk.
+    guided_end_calls: Option<Vec<crate::parsers::CallDelta>>,
     /// Calls the jail released so far (the next release's indexes go on from here).
     calls_released: usize,
     /// The last text the reasoning stage released was reasoning (not answer).
@@ -441,6 +443,7 @@ impl ResponseState {
             finished: false,
             had_calls: false,
             held_calls: Vec::new(),
+            guided_end_calls: None,
             jailed: String::new(),
             answered_once: false,
             stepped: false,
@@ -573,7 +576,74 @@ impl ResponseState {
                         guided.whole(&mut self.delta.calls);
                     }
                     let called = guided.released_any() || !self.delta.calls.is_empty();
+                    // Once the guided value closed, Dynamo streams the rest of the
+                    // answer as under the `auto` tool jail (live-checked, hermes):
+                    // text as content, a block's calls at the end, numbered on.
+                    let closed = (tool_parser && !ending)
+                        .then(|| guided.closed_at())
+                        .flatten();
+                    if !self.plan.stream && closed.is_some() {
+                        guided.whole(&mut self.delta.calls);
+                    }
+                    let called = called || !self.delta.calls.is_empty();
+                    if let Some(at) = closed.filter(|_| called) {
+                        let (tail, taken) = guided.tail(at);
+                        let tail = tail.to_owned();
+                        let spec = self.plan.parsers.as_ref().expect("a tool parser");
+                        choice.jail = Some(family_jail(spec).holding_to_end());
+                        choice.calls_released = taken;
+                        self.emit_guided(slot, tokens, None, false, answered, out);
+                        self.logprobs.clear();
+                        self.delta.clear();
+                        self.delta.content = tail;
+                        return self.emit_jailed(slot, 0, finish, ending, false, out);
+                    }
+                    // Bare call objects to the end (hermes): Dynamo also parses the
+                    // whole answer and sends the calls at indexes the guided JSON left
+                    // free (`{"n": 2}<tool_call>{A}…` adds A at 0) with the finish
+                    // reason, `"content":""` once it parsed any (live-checked).
+                    let hermes = self
+                        .plan
+                        .parsers
+                        .as_ref()
+                        .and_then(|s| s.tool_call)
+                        .is_some_and(|f| f.name() == "hermes");
+                    let end_calls = (ending && called && hermes && guided.closed_at().is_none())
+                        .then(|| {
+                            let parse = hermes_whole::parse_whole(guided.text());
+                            let parsed = !parse.calls.is_empty();
+                            let stream = self.plan.stream;
+                            let whole = &self.delta.calls;
+                            let calls: Vec<CallDelta> = parse
+                                .calls
+                                .into_iter()
+                                .enumerate()
+                                .filter(|&(index, _)| {
+                                    !(if stream {
+                                        guided.sent_at(index)
+                                    } else {
+                                        whole.iter().any(|w| w.index == index)
+                                    })
+                                })
+                                .map(|(index, (name, arguments))| CallDelta {
+                                    index,
+                                    id: Some(new_call_id()),
+                                    name: Some(name),
+                                    arguments,
+                                })
+                                .collect();
+                            parsed.then_some(calls)
+                        })
+                        .flatten();
                     if called || !ending {
+                        if !self.plan.stream {
+                            if let Some(calls) = end_calls {
+                                self.delta.calls.extend(calls);
+                                self.delta.calls.sort_by_key(|c| c.index);
+                            }
+                        } else {
+                            choice.guided_end_calls = end_calls;
+                        }
                         return self.emit_guided(slot, tokens, finish, ending, answered, out);
                     }
                     // JSON with no call in it (`[]`): Dynamo sends it as held text.
@@ -793,6 +863,7 @@ impl ResponseState {
         out: &mut Vec<u8>,
     ) {
         let choice = &mut self.choices[slot];
+        let end_calls = choice.guided_end_calls.take();
         let finish = settle_step(
             choice,
             &mut self.delta,
@@ -835,7 +906,8 @@ impl ResponseState {
         if finish.is_some() {
             let delta = ChatDelta {
                 role,
-                content: one_bare_call.then_some(""),
+                content: (one_bare_call || end_calls.is_some()).then_some(""),
+                tool_calls: end_calls.as_deref().unwrap_or_default(),
                 ..ChatDelta::default()
             };
             sse::begin_event(out);

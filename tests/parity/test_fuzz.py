@@ -41,10 +41,8 @@ GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "pipeline" / "fuz
 # lists them). Strict: a pair that starts passing must come off this list.
 _JAIL = "the jail's whole parse (the tool parsers' own differences under Dynamo's tool jail)"
 OPEN: dict[str, str] = {
-    "deepseek_r1+hermes": "the text after a forced choice's guided JSON (its tool jail)",
     "none+mistral": _JAIL,
     "none+llama3_json": _JAIL,
-    "none+pythonic": "a forced named choice: the output after its guided JSON goes through the jail",
 }
 
 
