@@ -80,16 +80,15 @@ def _tools_json(tools: Sequence[Any] | None) -> str | None:
 
 # The families that parse with a checkpoint's response template, and the last template
 # written as JSON (held, so its id is not reused): one tokenizer serves every request.
-_TEMPLATE_FAMILIES = {"response_template", "beam"}
 _last_template: tuple[Any, str] = (None, "")
 
 
 def _response_template(tokenizer: Any, family: str) -> dict[str, Any]:
-    """`response_template=` for a template family: the checkpoint's template, found where
-    vLLM's own parser looks (the tokenizer's attribute, else its init kwargs). None found:
-    no option (`beam` then parses with its built-in template)."""
+    """`response_template=` for the `response_template` family (vLLM's `hf`): the
+    checkpoint's template, found where vLLM's own parser looks (the tokenizer's attribute,
+    else its init kwargs). None found: no option."""
     global _last_template
-    if family not in _TEMPLATE_FAMILIES or tokenizer is None:
+    if family != "response_template" or tokenizer is None:
         return {}
     template = getattr(tokenizer, "response_template", None)
     if not isinstance(template, dict):
@@ -306,7 +305,9 @@ class ShakedownReasoningParser(_ReasoningParserBase):  # type: ignore[misc]
 
 # vLLM parses a gpt-oss checkpoint's output with its own HarmonyParser, which refuses any
 # parser classes but its own gpt-oss ones: taking their names over would break gpt-oss serving.
-_LEFT_TO_VLLM = {"harmony", "gpt_oss"}
+# vLLM's `beam` is one parser for the whole message; as a reasoning + tool pair, vLLM's
+# hand-over would pass the final answer's closer (`<|return|>`) to the tool side as content.
+_LEFT_TO_VLLM = {"harmony", "gpt_oss", "beam"}
 
 
 def _known(names: Iterable[str], registry: Callable[[], dict[str, list[str]]]) -> dict[str, str]:
