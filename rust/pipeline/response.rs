@@ -671,17 +671,7 @@ impl ResponseState {
                 if let Some(spec) = self.plan.parsers.as_ref().filter(|s| s.tool_call.is_some()) {
                     choice.held_calls = if spec.tool_call.is_some_and(|f| f.name() == "harmony") {
                         // Dynamo's harmony parser reads the held answer whole.
-                        harmony_whole::parse_whole(&choice.jailed)
-                            .calls
-                            .into_iter()
-                            .enumerate()
-                            .map(|(index, (name, arguments))| CallDelta {
-                                index,
-                                id: Some(new_call_id()),
-                                name: Some(name),
-                                arguments,
-                            })
-                            .collect()
+                        numbered_calls(harmony_whole::parse_whole(&choice.jailed).calls)
                     } else {
                         held_answer_calls(spec, &choice.jailed)
                     };
@@ -1127,16 +1117,7 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         _ => None,
     };
     if let Some(calls) = whole {
-        return calls
-            .into_iter()
-            .enumerate()
-            .map(|(index, (name, arguments))| CallDelta {
-                index,
-                id: Some(new_call_id()),
-                name: Some(name),
-                arguments,
-            })
-            .collect();
+        return numbered_calls(calls);
     }
     if spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder") {
         if let Some(calls) = trailing_json_calls(answer) {
@@ -1208,18 +1189,7 @@ fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
         };
         let calls: Option<Vec<(String, String)>> = objects.iter().map(call).collect();
         let calls = calls.filter(|calls| !calls.is_empty())?;
-        Some(
-            calls
-                .into_iter()
-                .enumerate()
-                .map(|(index, (name, arguments))| CallDelta {
-                    index,
-                    id: Some(new_call_id()),
-                    name: Some(name),
-                    arguments,
-                })
-                .collect(),
-        )
+        Some(numbered_calls(calls))
     })
 }
 
@@ -1268,9 +1238,18 @@ fn reread_unary(
         }
         _ => return None,
     };
-    let calls: Vec<CallDelta> = calls
+    let calls = numbered_calls(
+        calls
+            .into_iter()
+            .filter(|(name, _)| named.map_or(true, |n| n == name)),
+    );
+    (!calls.is_empty()).then_some((calls, content))
+}
+
+/// Whole-parse calls as deltas: numbered from 0 in order, each with a new id.
+fn numbered_calls(calls: impl IntoIterator<Item = (String, String)>) -> Vec<CallDelta> {
+    calls
         .into_iter()
-        .filter(|(name, _)| named.map_or(true, |n| n == name))
         .enumerate()
         .map(|(index, (name, arguments))| CallDelta {
             index,
@@ -1278,8 +1257,7 @@ fn reread_unary(
             name: Some(name),
             arguments,
         })
-        .collect();
-    (!calls.is_empty()).then_some((calls, content))
+        .collect()
 }
 
 /// Where the first tool-call start marker of the request's family begins.
