@@ -1124,6 +1124,9 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         Some("mistral") => {
             Some(basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false).calls)
         }
+        // Its llama3_json parse of the JSON after `<|python_tag|>` (live-checked:
+        // `<|python_tag|>{A}{B}` is the call A); without the marker, the family's.
+        Some("llama3_json") => basic_whole::marked_values(answer, "<|python_tag|>"),
         _ => None,
     };
     if let Some(calls) = whole {
