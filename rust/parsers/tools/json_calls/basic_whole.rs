@@ -283,7 +283,7 @@ mod tests {
             r#"{"name":"b","arguments":{"c":1}}"#,
         );
         let read = |text: &str| marked_values(text, TAG);
-        let both = vec![one("a", "{}"), one("b", r#"{"c":1}"#)].concat();
+        let both = [one("a", "{}"), one("b", r#"{"c":1}"#)].concat();
         assert_eq!(read(&format!("x{TAG}{a}; {b};")), Some(both.clone()));
         assert_eq!(read(&format!("{TAG}{a}{TAG} {b}")), Some(both));
         assert_eq!(read(&format!("{TAG}{a}{b}")), Some(one("a", "{}")));
