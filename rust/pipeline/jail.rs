@@ -16,7 +16,7 @@
 
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
-use crate::parsers::json::{JsonScanner, Scanned};
+use crate::parsers::json::{is_valid, JsonScanner, Scanned};
 use crate::parsers::tools::harmony_whole::{self, parse_whole as parse_whole_harmony};
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
 use crate::parsers::tools::json_calls::{basic_whole, hermes_whole, kimi_whole, pythonic_whole};
@@ -254,6 +254,18 @@ impl JailRules {
                 .iter()
                 .find_map(|m| text[at..].strip_prefix(m))
                 .is_some_and(|after| after.trim_start().starts_with('['))
+        })
+    }
+
+    /// Whether the text after the first start marker is one JSON value: a jail
+    /// that opened a list ends at its last `]` only then (live-checked, mistral:
+    /// `[TOOL_CALLS][{A}, {"city": x}]` + `} ok` holds on, `} ok` lost, A a call).
+    fn whole_json_after_start(&self, text: &str) -> bool {
+        self.first_start(text).is_some_and(|at| {
+            self.starts
+                .iter()
+                .find_map(|m| text[at..].strip_prefix(m))
+                .is_some_and(is_valid)
         })
     }
 
@@ -536,6 +548,7 @@ impl ToolJail {
                 match self.held.rfind(']').map(|at| at + 1) {
                     Some(end)
                         if !self.held[end..].trim().is_empty()
+                            && self.rules.whole_json_after_start(&self.held[..end])
                             && !self.parse(&self.held[..end]).calls.is_empty() =>
                     {
                         end

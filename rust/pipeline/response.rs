@@ -1114,6 +1114,13 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         Some("mistral") => {
             Some(basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false).calls)
         }
+        // Its llama3_json parse of the JSON after `<|python_tag|>` (live-checked:
+        // `<|python_tag|>{A}{B}` is the call A); without the marker, its basic
+        // parse, JSON cut short not closed (`x {A}\n{B}` stays text).
+        Some("llama3_json") => Some(
+            basic_whole::marked_values(answer, "<|python_tag|>")
+                .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_tag|>", false).calls),
+        ),
         _ => None,
     };
     if let Some(calls) = whole {

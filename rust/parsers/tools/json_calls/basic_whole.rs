@@ -69,6 +69,31 @@ pub fn parse_whole_objects(text: &str, marker: &str, close_cut: bool) -> WholePa
     }
 }
 
+/// The calls in a forced tool choice's held answer with `marker` in it, as
+/// Dynamo's `llama3_json` reads it at the end of output (live-checked): after each
+/// marker, the JSON values separated by `;`, up to the first thing that is neither
+/// (`{A}; {B}` is the calls A and B, `{A}{B}` and `{A}x; {B}` the call A).
+/// `None` without the marker.
+pub fn marked_values(text: &str, marker: &str) -> Option<Vec<(String, String)>> {
+    let (_, after) = text.split_once(marker)?;
+    let mut calls = Vec::new();
+    for piece in after.split(marker) {
+        let mut rest = piece.trim_start();
+        while let Some((json, after)) = first_value(rest) {
+            if json.starts_with('[') {
+                calls.extend(list_calls(json).unwrap_or_default());
+            } else {
+                calls.extend(call(json));
+            }
+            match after.trim_start().strip_prefix(';') {
+                Some(next) => rest = next.trim_start(),
+                None => break,
+            }
+        }
+    }
+    Some(calls)
+}
+
 /// The first JSON value `text` starts with, and the rest after it.
 fn first_value(text: &str) -> Option<(&str, &str)> {
     let mut values = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
@@ -249,6 +274,22 @@ mod tests {
             read(r#"[TOOL_CALLS][TOOL_CALLS]{"name":"a","arguments":{}}"#),
             (vec![], Some("".into()))
         );
+    }
+
+    #[test]
+    fn held_answer_values_end_at_the_first_non_separator() {
+        let (a, b) = (
+            r#"{"name":"a","arguments":{}}"#,
+            r#"{"name":"b","arguments":{"c":1}}"#,
+        );
+        let read = |text: &str| marked_values(text, TAG);
+        let both = [one("a", "{}"), one("b", r#"{"c":1}"#)].concat();
+        assert_eq!(read(&format!("x{TAG}{a}; {b};")), Some(both.clone()));
+        assert_eq!(read(&format!("{TAG}{a}{TAG} {b}")), Some(both));
+        assert_eq!(read(&format!("{TAG}{a}{b}")), Some(one("a", "{}")));
+        assert_eq!(read(&format!("{TAG}{a} x; {b}")), Some(one("a", "{}")));
+        assert_eq!(read(&format!("{TAG}x; {b}")), Some(vec![]));
+        assert_eq!(read(a), None);
     }
 
     #[test]
