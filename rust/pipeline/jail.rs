@@ -19,7 +19,9 @@ use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::{is_valid, JsonScanner, Scanned};
 use crate::parsers::tools::harmony_whole::{self, parse_whole as parse_whole_harmony};
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
-use crate::parsers::tools::json_calls::{basic_whole, hermes_whole, kimi_whole, pythonic_whole};
+use crate::parsers::tools::json_calls::{
+    basic_whole, cut_json_piece, hermes_whole, kimi_whole, pythonic_whole,
+};
 use crate::parsers::ToolCall;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
@@ -362,15 +364,8 @@ impl JailRules {
 /// A piece of text around a start marker, read as Dynamo reads it: one that opens
 /// with `{` (`[`) is cut at its last `}` (`]`) and counts when that is JSON.
 fn json_piece_parses(piece: &str) -> bool {
-    let piece = piece.trim();
-    let close = match piece.as_bytes().first() {
-        Some(b'{') => '}',
-        Some(b'[') => ']',
-        _ => return false,
-    };
-    piece
-        .rfind(close)
-        .is_some_and(|at| serde_json::from_str::<serde_json::Value>(&piece[..=at]).is_ok())
+    cut_json_piece(piece)
+        .is_some_and(|json| serde_json::from_str::<serde_json::Value>(json).is_ok())
 }
 
 /// The non-empty proper prefixes of a marker, on char boundaries.

@@ -609,31 +609,7 @@ impl ResponseState {
                         .and_then(|s| s.tool_call)
                         .is_some_and(|f| f.name() == "hermes");
                     let end_calls = (ending && called && hermes && guided.closed_at().is_none())
-                        .then(|| {
-                            let parse = hermes_whole::parse_whole(guided.text());
-                            let parsed = !parse.calls.is_empty();
-                            let stream = self.plan.stream;
-                            let whole = &self.delta.calls;
-                            let calls: Vec<CallDelta> = parse
-                                .calls
-                                .into_iter()
-                                .enumerate()
-                                .filter(|&(index, _)| {
-                                    !(if stream {
-                                        guided.sent_at(index)
-                                    } else {
-                                        whole.iter().any(|w| w.index == index)
-                                    })
-                                })
-                                .map(|(index, (name, arguments))| CallDelta {
-                                    index,
-                                    id: Some(new_call_id()),
-                                    name: Some(name),
-                                    arguments,
-                                })
-                                .collect();
-                            parsed.then_some(calls)
-                        })
+                        .then(|| free_index_calls(guided, &self.delta.calls, self.plan.stream))
                         .flatten();
                     if called || !ending {
                         if !self.plan.stream {
@@ -1251,6 +1227,29 @@ fn reread_unary(
             .filter(|(name, _)| named.map_or(true, |n| n == name)),
     );
     (!calls.is_empty()).then_some((calls, content))
+}
+
+/// Hermes' whole parse of a guided answer of bare call objects: its calls at the
+/// indexes the guided JSON left free (streamed: not sent yet; unary: not among
+/// `whole`), `None` when it parsed none.
+fn free_index_calls(
+    guided: &GuidedCalls,
+    whole: &[CallDelta],
+    stream: bool,
+) -> Option<Vec<CallDelta>> {
+    let parse = hermes_whole::parse_whole(guided.text());
+    if parse.calls.is_empty() {
+        return None;
+    }
+    let taken = |index: usize| {
+        if stream {
+            guided.sent_at(index)
+        } else {
+            whole.iter().any(|w| w.index == index)
+        }
+    };
+    let calls = numbered_calls(parse.calls);
+    Some(calls.into_iter().filter(|c| !taken(c.index)).collect())
 }
 
 /// Whole-parse calls as deltas: numbered from 0 in order, each with a new id.

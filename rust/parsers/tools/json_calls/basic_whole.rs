@@ -17,10 +17,10 @@
 //!   skipped, and a list that parses says only the text before it, calls or not
 //!   (`x [1]` → `x`).
 
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::in_content::closed;
+use super::{cut_json_piece, first_value};
 
 /// What the parse found: calls (name, compact JSON arguments) and the content,
 /// `None` when nothing read as calls and the text stays as it is.
@@ -94,13 +94,6 @@ pub fn marked_values(text: &str, marker: &str) -> Option<Vec<(String, String)>> 
     Some(calls)
 }
 
-/// The first JSON value `text` starts with, and the rest after it.
-fn first_value(text: &str) -> Option<(&str, &str)> {
-    let mut values = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
-    let value = values.next()?.ok()?;
-    Some((value.get(), &text[values.byte_offset()..]))
-}
-
 /// The whole elements at the start of a list's insides, up to the first that is not.
 fn whole_elements(mut rest: &str) -> Vec<&str> {
     let mut found = Vec::new();
@@ -118,21 +111,12 @@ fn marked(text: &str, marker: &str, before: &str) -> WholeParse {
     // The pieces that read as JSON, joined as one list: a list's elements are
     // written again compact, an object stays as written.
     let mut items = Vec::new();
-    for piece in text.split(marker).map(str::trim) {
-        let close = match piece.as_bytes().first() {
-            Some(b'{') => '}',
-            Some(b'[') => ']',
-            _ => continue,
-        };
-        let Some(end) = piece.rfind(close) else {
-            continue;
-        };
-        let json = &piece[..=end];
+    for json in text.split(marker).filter_map(cut_json_piece) {
         match serde_json::from_str::<Value>(json) {
-            Ok(Value::Array(list)) if close == ']' => {
+            Ok(Value::Array(list)) if json.starts_with('[') => {
                 items.extend(list.iter().map(Value::to_string));
             }
-            Ok(_) if close == '}' => items.push(json.to_owned()),
+            Ok(_) if json.starts_with('{') => items.push(json.to_owned()),
             _ => {}
         }
     }

@@ -21,6 +21,7 @@
 
 use serde_json::value::RawValue;
 
+use super::cut_json_piece;
 use super::in_content::closed;
 
 const STARTS: [&str; 2] = ["<TOOLCALL>", "<|python_tag|>"];
@@ -170,19 +171,12 @@ fn around(text: &str, start: &str) -> Option<String> {
 /// `{` (`[`) is cut at its last `}` (`]`), and the JSON value that starts it is
 /// taken, whatever follows (`{…}}` reads `{…}`).
 fn piece_value(piece: &str) -> Option<&str> {
-    let piece = piece.trim();
-    let close = match piece.as_bytes().first()? {
-        b'{' => '}',
-        b'[' => ']',
-        _ => return None,
-    };
-    first_value(&piece[..=piece.rfind(close)?])
+    first_value(cut_json_piece(piece)?)
 }
 
 /// The JSON value that starts `text`, whatever follows it.
 fn first_value(text: &str) -> Option<&str> {
-    let mut values = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
-    values.next()?.ok().map(RawValue::get)
+    super::first_value(text).map(|(value, _)| value)
 }
 
 /// Whether JSON after a start marker is there for the jail to end on calls while

@@ -51,6 +51,25 @@ use crate::parsers::dialect::Dialect;
 use crate::parsers::json::JsonScanner;
 use crate::parsers::{CallSink, ToolParse, Tools};
 
+/// A piece of text around a start marker as Dynamo's whole parses take its JSON:
+/// trimmed, opening with `{` (`[`), cut at its last `}` (`]`).
+pub fn cut_json_piece(piece: &str) -> Option<&str> {
+    let piece = piece.trim();
+    let close = match piece.as_bytes().first()? {
+        b'{' => '}',
+        b'[' => ']',
+        _ => return None,
+    };
+    Some(&piece[..=piece.rfind(close)?])
+}
+
+/// The first JSON value `text` starts with, and the rest after it.
+fn first_value(text: &str) -> Option<(&str, &str)> {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
+    let value = values.next()?.ok()?;
+    Some((value.get(), &text[values.byte_offset()..]))
+}
+
 /// A call object as Dynamo's whole-text parses read one: a string `name`, and the
 /// first of `keys` present, as written (`None` when none is).
 fn call_object(json: &str, keys: &[&str]) -> Option<(String, Option<String>)> {
