@@ -684,15 +684,13 @@ impl ResponseState {
                     } else if let Some(at) = first_start_marker(&self.plan, &jailed) {
                         self.delta.content = jailed[..at].to_owned();
                     }
-                } else if !parsed
-                    && reasoning_runs(&self.plan)
-                    && !first_step
-                    && self.delta.reasoning.is_empty()
-                {
+                } else if !parsed && !first_step && self.delta.reasoning.is_empty() {
                     // Nothing to release after the first step went out: Dynamo sends
                     // no last chunk at all, so the finish reason is lost too, whether
                     // the reasoning parser passed reasoning or only dropped text
-                    // (deepseek_r1's held `<thin`, harmony's header `l`). A last step
+                    // (deepseek_r1's held `<thin`, harmony's header `l`) or a step
+                    // decoded to nothing (a special token, a stop string's held
+                    // start; pythonic, no reasoning parser). A last step
                     // with reasoning text keeps it on its chunk, and an output that
                     // ends in its first step gets it with the role (live-checked:
                     // `ok t` cut by a stop string; EOS alone; `<` cut by a stop).
@@ -1271,13 +1269,6 @@ fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
     let spec = plan.parsers.as_ref()?;
     let markers = spec.tool_call?.build(spec.tools.clone()).start_markers();
     markers.iter().filter_map(|m| text.find(m)).min()
-}
-
-/// Whether a reasoning stage runs on the request's answers.
-fn reasoning_runs(plan: &ResponsePlan) -> bool {
-    plan.parsers
-        .as_ref()
-        .is_some_and(|spec| spec.active_reasoning().is_some())
 }
 
 /// Fold one step's delta into a unary choice.
