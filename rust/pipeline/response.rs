@@ -1079,10 +1079,18 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         // `<|python_tag|>{A}\n{B}` is the call A).
         Some("default") => Some(default_whole::parse_whole(answer, Reading::End).calls),
         // Its pythonic parse: `days=-2` is no literal, a list that is not valid
-        // Python (`[f(a='x')][g()]`) gives no call.
-        Some("pythonic") => {
-            Some(pythonic_whole::parse_whole(answer).map_or(Vec::new(), |p| p.calls))
-        }
+        // Python (`[f(a='x')][g()]`) gives no call. Without a call, its basic JSON
+        // parse, JSON cut short not closed (live-checked: `k{A}` and `k [{A},{B}]`
+        // are calls, `k {A}\n{B}`, `k {A} tail` and `k [1] {A}` stay text).
+        Some("pythonic") => Some(
+            pythonic_whole::parse_whole(answer)
+                .ok()
+                .map(|p| p.calls)
+                .filter(|calls| !calls.is_empty())
+                .unwrap_or_else(|| {
+                    basic_whole::parse_whole(answer, "<|python_start|>", false).calls
+                }),
+        ),
         // Its mistral parse, JSON cut short not closed (live-checked:
         // `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}` stay text).
         Some("mistral") => {
@@ -1264,9 +1272,14 @@ fn numbered_calls(calls: impl IntoIterator<Item = (String, String)>) -> Vec<Call
         .collect()
 }
 
-/// Where the first tool-call start marker of the request's family begins.
+/// Where the first tool-call start marker of the request's family begins, as
+/// Dynamo's unary cut finds it: pythonic's `<|python_start|>` is none there
+/// (live-checked: `s<|python_start|>` cut by the length limit says nothing).
 fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
     let spec = plan.parsers.as_ref()?;
+    if spec.tool_call.is_some_and(|f| f.name() == "pythonic") {
+        return None;
+    }
     let markers = spec.tool_call?.build(spec.tools.clone()).start_markers();
     markers.iter().filter_map(|m| text.find(m)).min()
 }
