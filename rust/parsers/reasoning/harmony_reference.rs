@@ -11,9 +11,9 @@
 //!   recipient and a content type (`assistant` dropped first; after `<|start|>`
 //!   a role first); more words, or an empty channel, are a parse error;
 //! - `analysis` bodies are reasoning, `final` and recipient-less `commentary`
-//!   bodies are content, a `commentary` body with a recipient is a tool call
-//!   (its envelope goes to content from `<|channel|>`, for the harmony tool
-//!   parser); other channels, and no channel, are dropped;
+//!   bodies are content, a `commentary` body to a `functions.…` recipient is a
+//!   tool call (its envelope goes to content from `<|channel|>`, for the harmony
+//!   tool parser); other recipients, other channels, and no channel, are dropped;
 //! - `<|end|>`, `<|return|>` and `<|call|>` end a body; other markers inside
 //!   one are text; a new message of a kind that already wrote text is
 //!   separated from it by `\n`;
@@ -27,7 +27,8 @@
 //!   when its body ends (`<|call|>`, `<|end|>` or `<|return|>`), followed by
 //!   the piece that ended it as written; a call the output cuts is dropped;
 //! - a parse error, and each piece dropped while resynchronizing, drops
-//!   everything the piece released;
+//!   everything the piece released, but a call the piece ended still goes out,
+//!   followed by the piece up to its end marker (`<|end|>[` gives `…<|end|>`);
 //! - whatever is still held when the output ends is dropped.
 
 use std::sync::OnceLock;
@@ -80,6 +81,8 @@ pub(super) struct ReferenceHarmony {
     call: String,
     /// The piece being consumed ended a call: the call, then the piece, go out.
     call_ended: bool,
+    /// Where the end marker of that call ends in the piece.
+    call_end: usize,
     /// The piece being consumed met a parse error.
     failed: bool,
 }
@@ -101,6 +104,7 @@ impl ReferenceHarmony {
             whole: false,
             call: String::new(),
             call_ended: false,
+            call_end: 0,
             failed: false,
         }
     }
@@ -115,14 +119,22 @@ impl ReferenceHarmony {
                 self.separate = self.reasoned;
                 Body::Reasoning
             }
-            Some("commentary") if parsed.recipient.is_some() => {
+            // Only a recipient `functions.…` makes a call (live-checked: `to=g`,
+            // `to=functions` and `to=browser.x` bodies are dropped).
+            Some("commentary")
+                if parsed.recipient.as_deref().is_some_and(|r| {
+                    r.strip_prefix("to=").unwrap_or(r).starts_with("functions.")
+                }) =>
+            {
                 self.call.clear();
                 self.call.push_str(CHANNEL);
                 self.call.push_str(parsed.after_channel.unwrap_or(""));
                 self.call.push_str(MESSAGE);
                 Body::Call
             }
-            Some("final" | "commentary") => {
+            Some("final") | Some("commentary")
+                if parsed.channel == Some("final") || parsed.recipient.is_none() =>
+            {
                 self.separate = self.answered;
                 Body::Content
             }
@@ -202,6 +214,10 @@ impl HeldRun for ReferenceHarmony {
         if self.failed {
             out.content.truncate(content);
             out.reasoning.truncate(reasoning);
+            if self.call_ended {
+                out.content.push_str(&std::mem::take(&mut self.call));
+                out.content.push_str(&buf[..self.call_end]);
+            }
         } else if self.call_ended {
             out.content.push_str(&std::mem::take(&mut self.call));
             out.content.push_str(&buf[..ready]);
@@ -225,7 +241,11 @@ impl ReferenceHarmony {
             match specials().scan(rest) {
                 Scan::Found { start, end, .. } => {
                     self.text(&rest[..start], out);
+                    let ended = self.call_ended;
                     self.marker(&rest[start..end], out);
+                    if self.call_ended && !ended {
+                        self.call_end = pos + end;
+                    }
                     pos += end;
                 }
                 Scan::Partial { hold_from } if !last => {
