@@ -90,6 +90,10 @@ pub struct JailRules {
     /// After the marker only whole call objects count (mistral's parse,
     /// [`basic_whole::parse_whole_objects`]).
     whole_objects: bool,
+    /// Dynamo's mistral jail: held text is read by its mistral parse
+    /// ([`basic_whole::parse_mistral`]) and the jail ends as its JSON-boundary
+    /// completion decides ([`MistralEnd`]).
+    mistral: bool,
     /// Held text without calls whose first start marker follows other text goes
     /// out whole (live-checked, mistral: `[R` + `[TOOL_CALLS]`, `{a[TOOL_CALLS]f[ARGS]{}`).
     keeps_text_before_marker: bool,
@@ -176,6 +180,7 @@ impl JailRules {
                 _ => None,
             },
             whole_objects: name == "mistral",
+            mistral: name == "mistral",
             keeps_text_before_marker: name == "mistral",
             unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
             bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
@@ -407,6 +412,8 @@ pub struct ToolJail {
     partial: String,
     /// Held text waits for the end of output (no end marker, no calls end it).
     to_end: bool,
+    /// The mistral jail's completion state.
+    mistral: MistralEnd,
 }
 
 impl ToolJail {
@@ -422,6 +429,7 @@ impl ToolJail {
             held: String::new(),
             partial: String::new(),
             to_end: false,
+            mistral: MistralEnd::default(),
         }
     }
 
@@ -474,6 +482,7 @@ impl ToolJail {
             passed.push_str(&combined[..at]);
             self.held = combined[at..].to_owned();
             self.jailed = true;
+            self.mistral = MistralEnd::default();
             if !self.to_end {
                 self.try_end(out);
             }
@@ -483,6 +492,7 @@ impl ToolJail {
         } else if self.rules.detects_start(&combined) {
             self.held = combined;
             self.jailed = true;
+            self.mistral = MistralEnd::default();
         } else {
             passed.push_str(&combined);
         }
@@ -521,6 +531,17 @@ impl ToolJail {
     /// `ends_on_calls`) or no start marker opened it (JSON a start guess jailed),
     /// where a whole parse finds calls.
     fn try_end(&mut self, out: &mut Released) {
+        if self.rules.mistral {
+            if let Some((end, parsed)) = self.mistral_completion() {
+                let held = std::mem::take(&mut self.held);
+                self.jailed = false;
+                out.parsed.push(parsed);
+                if end < held.len() {
+                    self.feed_free(&held[end..], out, true);
+                }
+            }
+            return;
+        }
         let find_end = |ends: &[&str]| {
             ends.iter()
                 .find_map(|m| self.held.find(m).map(|at| at + m.len()))
@@ -564,6 +585,73 @@ impl ToolJail {
         out.parsed.push(self.parse(&held[..end]));
         if end < held.len() {
             self.feed_free(&held[end..], out, true);
+        }
+    }
+
+    /// Whether Dynamo's mistral jail is complete now, where it ends and what it
+    /// releases (see [`MistralEnd`]).
+    fn mistral_completion(&mut self) -> Option<(usize, Parsed)> {
+        if let Some(parsed) = self.mistral.pending.take() {
+            match self.mistral_complete(parsed) {
+                Completion::Done(end, parsed) => return Some((end, parsed)),
+                Completion::Pending(parsed) => self.mistral.pending = Some(parsed),
+                Completion::Invalid => {}
+            }
+        }
+        let mut from = self
+            .mistral
+            .end_from
+            .min(self.held.len())
+            .saturating_sub(MISTRAL_END.len() - 1);
+        while !self.held.is_char_boundary(from) {
+            from -= 1;
+        }
+        match self.held[from..].find(MISTRAL_END) {
+            Some(at) => {
+                let end = from + at + MISTRAL_END.len();
+                let parsed = self.parse(&self.held);
+                if parsed.calls.is_empty() {
+                    return Some((end, self.parse(&self.held[..end])));
+                }
+                match self.mistral_complete(parsed) {
+                    Completion::Done(end, parsed) => return Some((end, parsed)),
+                    Completion::Pending(parsed) => {
+                        self.mistral.pending = Some(parsed);
+                        self.mistral.end_from = self.held.len();
+                    }
+                    Completion::Invalid => {}
+                }
+                return None;
+            }
+            None => self.mistral.end_from = self.held.len(),
+        }
+        if self.mistral.scan.new_end(&self.held) {
+            let parsed = self.parse(&self.held);
+            if !parsed.calls.is_empty() {
+                match self.mistral_complete(parsed) {
+                    Completion::Done(end, parsed) => return Some((end, parsed)),
+                    Completion::Pending(parsed) => self.mistral.pending = Some(parsed),
+                    Completion::Invalid => {}
+                }
+            }
+        }
+        None
+    }
+
+    /// Calls a streaming parse found: the jail ends where the reference puts
+    /// its end (a cut before the end must parse to calls again), or waits.
+    fn mistral_complete(&self, parsed: Parsed) -> Completion {
+        match mistral_end_position(&self.held) {
+            None => Completion::Pending(parsed),
+            Some(end) if end < self.held.len() => {
+                let again = self.parse(&self.held[..end]);
+                if again.calls.is_empty() {
+                    Completion::Invalid
+                } else {
+                    Completion::Done(end, again)
+                }
+            }
+            Some(end) => Completion::Done(end, parsed),
         }
     }
 
@@ -629,6 +717,9 @@ impl ToolJail {
     /// The whole parse of held text; `reading` says whether output is over
     /// (families whose parser reads more then).
     fn parse_at(&self, text: &str, reading: Reading) -> Parsed {
+        if self.rules.mistral {
+            return parse_mistral(text, reading);
+        }
         if self.rules.default_whole {
             return parse_default(text, reading);
         }
@@ -806,6 +897,137 @@ impl ToolJail {
             },
         }
     }
+}
+
+/// Dynamo's mistral parse over held text; without calls the jail lets the held
+/// text out as it was, unless the parser says nothing (a marker with no JSON
+/// after it, an end marker): then nothing.
+fn parse_mistral(text: &str, reading: Reading) -> Parsed {
+    let (calls, normal) = basic_whole::parse_mistral(text, reading == Reading::End);
+    if calls.is_empty() {
+        return Parsed {
+            calls: Vec::new(),
+            content: if normal.is_empty() {
+                String::new()
+            } else {
+                text.to_owned()
+            },
+        };
+    }
+    Parsed {
+        calls: numbered(calls),
+        content: normal,
+    }
+}
+
+const MISTRAL_START: &str = "[TOOL_CALLS]";
+const MISTRAL_END: &str = "[/TOOL_CALLS]";
+
+/// How Dynamo's jail decides that a mistral jail is complete (its JSON-boundary
+/// strategy): the held text is parsed only when a `[/TOOL_CALLS]` shows up or a
+/// top-level JSON value closes (counted from the newest `[TOOL_CALLS]`); calls
+/// found wait (`pending`) until the end position is known — after the end
+/// marker, else at the last `]` once text other than whitespace (and other than
+/// the start of `[/TOOL_CALLS]`) follows it.
+#[derive(Debug, Default)]
+struct MistralEnd {
+    pending: Option<Parsed>,
+    /// Where the search for `[/TOOL_CALLS]` goes on.
+    end_from: usize,
+    scan: JsonBoundary,
+}
+
+/// The reference's incremental scan for closed top-level JSON values: each
+/// closing is reported once; a new start marker restarts the scan after it.
+#[derive(Debug, Default)]
+struct JsonBoundary {
+    scanned: usize,
+    last_marker_end: Option<usize>,
+    started: bool,
+    depth: usize,
+    in_string: bool,
+    escape: bool,
+    last_complete: Option<usize>,
+    reported: Option<usize>,
+}
+
+impl JsonBoundary {
+    fn new_end(&mut self, text: &str) -> bool {
+        let newest = text
+            .match_indices(MISTRAL_START)
+            .map(|(at, m)| at + m.len())
+            .filter(|end| self.last_marker_end.is_none_or(|last| *end > last))
+            .last();
+        if let Some(end) = newest {
+            *self = Self {
+                scanned: end,
+                last_marker_end: Some(end),
+                ..Self::default()
+            };
+        }
+        for (offset, c) in text[self.scanned..].char_indices() {
+            if !self.started {
+                if c == '{' || c == '[' {
+                    self.started = true;
+                    self.depth = 1;
+                }
+            } else if self.escape {
+                self.escape = false;
+            } else if self.in_string {
+                match c {
+                    '\\' => self.escape = true,
+                    '"' => self.in_string = false,
+                    _ => {}
+                }
+            } else {
+                match c {
+                    '"' => self.in_string = true,
+                    '{' | '[' => self.depth += 1,
+                    '}' | ']' => {
+                        self.depth = self.depth.saturating_sub(1);
+                        if self.depth == 0 {
+                            self.last_complete = Some(self.scanned + offset + 1);
+                            self.started = false;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.scanned = text.len();
+        if self.last_complete != self.reported {
+            self.reported = self.last_complete;
+            return self.last_complete.is_some();
+        }
+        false
+    }
+}
+
+/// What the reference makes of calls a streaming parse found.
+enum Completion {
+    Done(usize, Parsed),
+    Pending(Parsed),
+    Invalid,
+}
+
+/// Where Dynamo's mistral jail ends once calls parsed: after `[/TOOL_CALLS]`
+/// (and any that follow it); without it, at the last `]` — with a start marker
+/// only once text follows that is neither whitespace nor the start of the end
+/// marker (`None`: wait).
+fn mistral_end_position(held: &str) -> Option<usize> {
+    let json_end = held.rfind(']').map_or(held.len(), |at| at + 1);
+    if !held.contains(MISTRAL_START) {
+        return Some(json_end);
+    }
+    if let Some(at) = held.find(MISTRAL_END) {
+        let mut end = at + MISTRAL_END.len();
+        while let Some(rest) = held[end..].trim_start().strip_prefix(MISTRAL_END) {
+            end = held.len() - rest.len();
+        }
+        return Some(end);
+    }
+    let tail = held[json_end..].trim_start();
+    (!tail.is_empty() && !MISTRAL_END.starts_with(tail)).then_some(json_end)
 }
 
 /// Calls read as (name, arguments), numbered and given ids.
