@@ -704,6 +704,16 @@ impl ToolJail {
     /// says `fine`, `ok <tool_call><function=f>` says `ok `).
     pub fn reread(&self, text: &str) -> Option<Parsed> {
         let at = self.rules.first_start(text)?;
+        if self.rules.mistral {
+            // mistral's end-of-output parse says the text before the marker,
+            // trailing space kept (live-checked: `ok [TOx[TOOL_CALLS]f[ARGS]{}`
+            // cut by length says `ok [TOx`).
+            let (calls, content) = basic_whole::parse_mistral(text, true);
+            return Some(Parsed {
+                calls: numbered(calls),
+                content,
+            });
+        }
         Some(Parsed {
             calls: self.parse(text).calls,
             content: text[..at].to_owned(),
