@@ -422,6 +422,33 @@ mod tests {
     }
 
     #[test]
+    fn mistral_parse_streaming_and_at_the_end() {
+        let c = r#"[{"name":"c","arguments":{"x": 1}}]"#;
+        let c_call = one("c", r#"{"x": 1}"#);
+        // Streaming: every piece between markers; at the end the JSON after the
+        // first marker is read whole, then its leading whole objects.
+        let cut = format!("[TOOL_CALLS][1][TOOL_CALLS]{c}");
+        assert_eq!(parse_mistral(&cut, false), (c_call.clone(), String::new()));
+        assert_eq!(parse_mistral(&cut, true), (vec![], String::new()));
+        let after_text = format!("ok [TOOL_CALLS]x[TOOL_CALLS]{c}");
+        assert_eq!(parse_mistral(&after_text, true), (c_call.clone(), "ok ".into()));
+        // A list's leading whole objects, at the end only.
+        let open = r#"[TOOL_CALLS][{"name":"a","parameters":{}}, {"name":"b""#;
+        assert_eq!(parse_mistral(open, true), (one("a", "{}"), String::new()));
+        assert_eq!(parse_mistral(open, false), (vec![], String::new()));
+        // The `[ARGS]` form is no call: the text before the marker.
+        let args = "hi [TOOL_CALLS]f[ARGS]{}";
+        assert_eq!(parse_mistral(args, true), (vec![], "hi ".into()));
+        assert_eq!(parse_mistral(args, false), (vec![], String::new()));
+        // Pairs with the end marker; markers stripped once nothing parsed.
+        let paired = format!("x [TOOL_CALLS]{c}[/TOOL_CALLS] y");
+        assert_eq!(parse_mistral(&paired, false), (c_call, "x ".into()));
+        assert_eq!(parse_mistral("[TOOL_CALLS]nope[/TOOL_CALLS]", false), (vec![], String::new()));
+        // Bare JSON: the trimmed text before it; no call keeps the whole text.
+        assert_eq!(parse_mistral(r#"x {"a": 1}"#, true), (vec![], r#"x {"a": 1}"#.into()));
+    }
+
+    #[test]
     fn held_answer_values_end_at_the_first_non_separator() {
         let (a, b) = (
             r#"{"name":"a","arguments":{}}"#,
