@@ -431,7 +431,10 @@ mod tests {
         assert_eq!(parse_mistral(&cut, false), (c_call.clone(), String::new()));
         assert_eq!(parse_mistral(&cut, true), (vec![], String::new()));
         let after_text = format!("ok [TOOL_CALLS]x[TOOL_CALLS]{c}");
-        assert_eq!(parse_mistral(&after_text, true), (c_call.clone(), "ok ".into()));
+        assert_eq!(
+            parse_mistral(&after_text, true),
+            (c_call.clone(), "ok ".into())
+        );
         // A list's leading whole objects, at the end only.
         let open = r#"[TOOL_CALLS][{"name":"a","parameters":{}}, {"name":"b""#;
         assert_eq!(parse_mistral(open, true), (one("a", "{}"), String::new()));
@@ -443,9 +446,15 @@ mod tests {
         // Pairs with the end marker; markers stripped once nothing parsed.
         let paired = format!("x [TOOL_CALLS]{c}[/TOOL_CALLS] y");
         assert_eq!(parse_mistral(&paired, false), (c_call, "x ".into()));
-        assert_eq!(parse_mistral("[TOOL_CALLS]nope[/TOOL_CALLS]", false), (vec![], String::new()));
+        assert_eq!(
+            parse_mistral("[TOOL_CALLS]nope[/TOOL_CALLS]", false),
+            (vec![], String::new())
+        );
         // Bare JSON: the trimmed text before it; no call keeps the whole text.
-        assert_eq!(parse_mistral(r#"x {"a": 1}"#, true), (vec![], r#"x {"a": 1}"#.into()));
+        assert_eq!(
+            parse_mistral(r#"x {"a": 1}"#, true),
+            (vec![], r#"x {"a": 1}"#.into())
+        );
     }
 
     #[test]
