@@ -16,7 +16,7 @@
 
 use crate::parsers::calls::new_call_id;
 use crate::parsers::chat::{parse_with, ChatParserSpec};
-use crate::parsers::json::{is_valid, JsonScanner, Scanned};
+use crate::parsers::json::{JsonScanner, Scanned};
 use crate::parsers::tools::harmony_whole::{self, parse_whole as parse_whole_harmony};
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
 use crate::parsers::tools::json_calls::{
@@ -57,20 +57,6 @@ pub struct JailRules {
     /// `<｜tool▁call▁begin｜>` ends at `<｜tool▁call▁end｜>` once a call parsed, or
     /// at `<｜tool▁calls▁end｜>` (live-checked).
     own_end: Option<(&'static str, &'static [&'static str])>,
-    /// Only JSON after a start marker is a call (Dynamo 1.6.1's mistral: its
-    /// `[TOOL_CALLS]name[ARGS]{…}` form is no call).
-    json_after_marker: bool,
-    /// A jail a start marker opened ends at its last `]` only once text other
-    /// than whitespace follows it (live-checked, mistral: `[TOOL_CALLS][…]`
-    /// then `  ` holds on, then `é` releases the calls and `  é` after them).
-    ends_after_text_past_list: bool,
-    /// The text released beside calls keeps its trailing whitespace (mistral:
-    /// `[ARG\n\n[TOOL_CALLS][…]` says `[ARG\n\n`).
-    keeps_space_before_start: bool,
-    /// Held text without calls that holds an end marker is dropped like text
-    /// with a start marker (mistral: ` [/TOOL_CALLS]`, jailed by its `[`, goes
-    /// out as nothing, the space before it too).
-    end_marker_drops_text: bool,
     /// The jail also ends where a whole parse finds calls (families without an
     /// end marker, and `default`, whose `</TOOLCALL>` is optional).
     ends_on_calls: bool,
@@ -85,14 +71,12 @@ pub struct JailRules {
     default_whole: bool,
     /// Held text without calls is read by Dynamo's basic JSON parse with this one
     /// start marker ([`basic_whole`](crate::parsers::tools::json_calls::basic_whole)):
-    /// a bare list says the text before it (llama3_json, mistral).
+    /// a bare list says the text before it (llama3_json).
     basic_marker: Option<&'static str>,
-    /// After the marker only whole call objects count (mistral's parse,
-    /// [`basic_whole::parse_whole_objects`]).
-    whole_objects: bool,
-    /// Held text without calls whose first start marker follows other text goes
-    /// out whole (live-checked, mistral: `[R` + `[TOOL_CALLS]`, `{a[TOOL_CALLS]f[ARGS]{}`).
-    keeps_text_before_marker: bool,
+    /// Dynamo's mistral jail: held text is read by its mistral parse
+    /// ([`basic_whole::parse_mistral`]) and the jail ends as its JSON-boundary
+    /// completion decides ([`MistralEnd`]).
+    mistral: bool,
     /// Held text without a call is kept as text when no end marker closed it
     /// and it lacks this inner marker (qwen3_coder's `<function=`: Dynamo reads
     /// such a block as plain text).
@@ -158,25 +142,19 @@ impl JailRules {
             forced_as_auto: name == "kimi_k2",
             content_before_start: matches!(
                 name,
-                "kimi_k2" | "deepseek_v3_1" | "mistral" | "llama3_json" | "qwen3_coder"
+                "kimi_k2" | "deepseek_v3_1" | "llama3_json" | "qwen3_coder"
             ),
             own_end: (name == "deepseek_v3_1")
                 .then_some(("<｜tool▁call▁begin｜>", &["<｜tool▁call▁end｜>"])),
-            json_after_marker: name == "mistral",
-            ends_after_text_past_list: name == "mistral",
-            keeps_space_before_start: name == "mistral",
-            end_marker_drops_text: name == "mistral",
-            ends_on_calls: ends.is_empty() || matches!(name, "default" | "mistral"),
+            ends_on_calls: ends.is_empty() || name == "default",
             hermes_whole: name == "hermes",
             kimi_whole: name == "kimi_k2",
             default_whole: name == "default",
             basic_marker: match name {
                 "llama3_json" => Some("<|python_tag|>"),
-                "mistral" => Some("[TOOL_CALLS]"),
                 _ => None,
             },
-            whole_objects: name == "mistral",
-            keeps_text_before_marker: name == "mistral",
+            mistral: name == "mistral",
             unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
             bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
         }
@@ -192,17 +170,6 @@ impl JailRules {
     fn opened_by_own_end(&self, held: &str) -> bool {
         self.own_end
             .is_some_and(|(start, _)| held.starts_with(start))
-    }
-
-    /// Whether the text has a start marker and none of them is followed by JSON.
-    fn marker_without_json(&self, text: &str) -> bool {
-        self.starts.iter().any(|m| {
-            let mut segments = text.split(m);
-            segments.next();
-            let mut segments = segments.peekable();
-            segments.peek().is_some()
-                && segments.all(|seg| !seg.trim_start().starts_with(['{', '[']))
-        })
     }
 
     /// Whether JSON after a start marker holds a call object with neither
@@ -245,35 +212,6 @@ impl JailRules {
                 .starts
                 .iter()
                 .any(|m| text.split(m).any(json_piece_parses))
-    }
-
-    /// Whether a start marker in the text opens a list (`[TOOL_CALLS][…`): only
-    /// such a jail ends at its last `]` (live-checked: `[TOOL_CALLS]{…}]` + ` ok`
-    /// holds on to the end of output).
-    fn opens_list(&self, text: &str) -> bool {
-        self.first_start(text).is_some_and(|at| {
-            self.starts
-                .iter()
-                .find_map(|m| text[at..].strip_prefix(m))
-                .is_some_and(|after| after.trim_start().starts_with('['))
-        })
-    }
-
-    /// Whether the text after the first start marker is one JSON value: a jail
-    /// that opened a list ends at its last `]` only then (live-checked, mistral:
-    /// `[TOOL_CALLS][{A}, {"city": x}]` + `} ok` holds on, `} ok` lost, A a call).
-    fn whole_json_after_start(&self, text: &str) -> bool {
-        self.first_start(text).is_some_and(|at| {
-            self.starts
-                .iter()
-                .find_map(|m| text[at..].strip_prefix(m))
-                .is_some_and(is_valid)
-        })
-    }
-
-    /// Whether held text without calls is dropped for the end marker in it.
-    fn closes_without_calls(&self, text: &str) -> bool {
-        self.end_marker_drops_text && self.ends.iter().any(|m| text.contains(m))
     }
 
     /// The family's start heuristic (the reference's `detect_tool_call_start`).
@@ -407,6 +345,8 @@ pub struct ToolJail {
     partial: String,
     /// Held text waits for the end of output (no end marker, no calls end it).
     to_end: bool,
+    /// The mistral jail's completion state.
+    mistral: MistralEnd,
 }
 
 impl ToolJail {
@@ -422,6 +362,7 @@ impl ToolJail {
             held: String::new(),
             partial: String::new(),
             to_end: false,
+            mistral: MistralEnd::default(),
         }
     }
 
@@ -474,6 +415,7 @@ impl ToolJail {
             passed.push_str(&combined[..at]);
             self.held = combined[at..].to_owned();
             self.jailed = true;
+            self.mistral = MistralEnd::default();
             if !self.to_end {
                 self.try_end(out);
             }
@@ -483,6 +425,7 @@ impl ToolJail {
         } else if self.rules.detects_start(&combined) {
             self.held = combined;
             self.jailed = true;
+            self.mistral = MistralEnd::default();
         } else {
             passed.push_str(&combined);
         }
@@ -521,6 +464,17 @@ impl ToolJail {
     /// `ends_on_calls`) or no start marker opened it (JSON a start guess jailed),
     /// where a whole parse finds calls.
     fn try_end(&mut self, out: &mut Released) {
+        if self.rules.mistral {
+            if let Some((end, parsed)) = self.mistral_completion() {
+                let held = std::mem::take(&mut self.held);
+                self.jailed = false;
+                out.parsed.push(parsed);
+                if end < held.len() {
+                    self.feed_free(&held[end..], out, true);
+                }
+            }
+            return;
+        }
         let find_end = |ends: &[&str]| {
             ends.iter()
                 .find_map(|m| self.held.find(m).map(|at| at + m.len()))
@@ -539,23 +493,11 @@ impl ToolJail {
         let end = own_end.into_iter().chain(find_end(self.rules.ends)).min();
         let end = match end {
             Some(end) => end,
-            None if self.rules.ends_after_text_past_list && self.rules.opens_list(&self.held) => {
-                match self.held.rfind(']').map(|at| at + 1) {
-                    Some(end)
-                        if !self.held[end..].trim().is_empty()
-                            && self.rules.whole_json_after_start(&self.held[..end])
-                            && !self.parse(&self.held[..end]).calls.is_empty() =>
-                    {
-                        end
-                    }
-                    _ => return,
-                }
-            }
             None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
                 && self.could_be_whole()
                 && !self.parse(&self.held).calls.is_empty() =>
             {
-                self.list_end()
+                self.held.len()
             }
             None => return,
         };
@@ -567,13 +509,70 @@ impl ToolJail {
         }
     }
 
-    /// Where a release of calls ends: at the held list's last `]` for mistral
-    /// (the reference's end position; a `\n` after a fenced list streams on),
-    /// else with the held text.
-    fn list_end(&self) -> usize {
-        match self.held.rfind(']') {
-            Some(at) if self.rules.ends_after_text_past_list => at + 1,
-            _ => self.held.len(),
+    /// Whether Dynamo's mistral jail is complete now, where it ends and what it
+    /// releases (see [`MistralEnd`]).
+    fn mistral_completion(&mut self) -> Option<(usize, Parsed)> {
+        if let Some(parsed) = self.mistral.pending.take() {
+            match self.mistral_complete(parsed) {
+                Completion::Done(end, parsed) => return Some((end, parsed)),
+                Completion::Pending(parsed) => self.mistral.pending = Some(parsed),
+                Completion::Invalid => {}
+            }
+        }
+        let mut from = self
+            .mistral
+            .end_from
+            .min(self.held.len())
+            .saturating_sub(MISTRAL_END.len() - 1);
+        while !self.held.is_char_boundary(from) {
+            from -= 1;
+        }
+        match self.held[from..].find(MISTRAL_END) {
+            Some(at) => {
+                let end = from + at + MISTRAL_END.len();
+                let parsed = self.parse(&self.held);
+                if parsed.calls.is_empty() {
+                    return Some((end, self.parse(&self.held[..end])));
+                }
+                match self.mistral_complete(parsed) {
+                    Completion::Done(end, parsed) => return Some((end, parsed)),
+                    Completion::Pending(parsed) => {
+                        self.mistral.pending = Some(parsed);
+                        self.mistral.end_from = self.held.len();
+                    }
+                    Completion::Invalid => {}
+                }
+                return None;
+            }
+            None => self.mistral.end_from = self.held.len(),
+        }
+        if self.mistral.scan.new_end(&self.held) {
+            let parsed = self.parse(&self.held);
+            if !parsed.calls.is_empty() {
+                match self.mistral_complete(parsed) {
+                    Completion::Done(end, parsed) => return Some((end, parsed)),
+                    Completion::Pending(parsed) => self.mistral.pending = Some(parsed),
+                    Completion::Invalid => {}
+                }
+            }
+        }
+        None
+    }
+
+    /// Calls a streaming parse found: the jail ends where the reference puts
+    /// its end (a cut before the end must parse to calls again), or waits.
+    fn mistral_complete(&self, parsed: Parsed) -> Completion {
+        match mistral_end_position(&self.held) {
+            None => Completion::Pending(parsed),
+            Some(end) if end < self.held.len() => {
+                let again = self.parse(&self.held[..end]);
+                if again.calls.is_empty() {
+                    Completion::Invalid
+                } else {
+                    Completion::Done(end, again)
+                }
+            }
+            Some(end) => Completion::Done(end, parsed),
         }
     }
 
@@ -616,6 +615,16 @@ impl ToolJail {
     /// says `fine`, `ok <tool_call><function=f>` says `ok `).
     pub fn reread(&self, text: &str) -> Option<Parsed> {
         let at = self.rules.first_start(text)?;
+        if self.rules.mistral {
+            // mistral's end-of-output parse says the text before the marker,
+            // trailing space kept (live-checked: `ok [TOx[TOOL_CALLS]f[ARGS]{}`
+            // cut by length says `ok [TOx`).
+            let (calls, content) = basic_whole::parse_mistral(text, true);
+            return Some(Parsed {
+                calls: numbered(calls),
+                content,
+            });
+        }
         Some(Parsed {
             calls: self.parse(text).calls,
             content: text[..at].to_owned(),
@@ -629,6 +638,9 @@ impl ToolJail {
     /// The whole parse of held text; `reading` says whether output is over
     /// (families whose parser reads more then).
     fn parse_at(&self, text: &str, reading: Reading) -> Parsed {
+        if self.rules.mistral {
+            return parse_mistral(text, reading);
+        }
         if self.rules.default_whole {
             return parse_default(text, reading);
         }
@@ -686,7 +698,6 @@ impl ToolJail {
         let (message, _) = parse_with(whole, &self.tools);
         if message.tool_calls.is_empty()
             || (self.rules.trigger == Trigger::Json && self.bare_json_with_trailing_text(text))
-            || (self.rules.json_after_marker && self.rules.marker_without_json(text))
             || (self.rules.trigger == Trigger::Json && self.rules.call_without_arguments(text))
         {
             return self.no_calls(text);
@@ -694,7 +705,6 @@ impl ToolJail {
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
         let content = match self.rules.content_start(text) {
-            Some(at) if self.rules.keeps_space_before_start => text[..at].trim_start(),
             Some(at) if self.rules.content_before_start => text[..at].trim(),
             _ => message.content.trim(),
         };
@@ -704,19 +714,13 @@ impl ToolJail {
         }
     }
 
-    /// Dynamo's basic JSON parse (llama3_json, mistral). Without calls: a bare list
+    /// Dynamo's basic JSON parse (llama3_json). Without calls: a bare list
     /// says the text before it (`[1]` goes out as nothing); marked text follows
-    /// the family's rules (`no_calls`), but goes out whole where the family keeps
-    /// the text before its first marker.
+    /// the family's rules (`no_calls`).
     fn parse_basic(&self, text: &str, marker: &str) -> Parsed {
-        let parse = if self.rules.whole_objects {
-            basic_whole::parse_whole_objects(text, marker, true)
-        } else {
-            basic_whole::parse_whole(text, marker, true)
-        };
+        let parse = basic_whole::parse_whole(text, marker, true);
         if !parse.calls.is_empty() {
             let content = match self.rules.content_start(text) {
-                Some(at) if self.rules.keeps_space_before_start => text[..at].trim_start(),
                 Some(at) => text[..at].trim(),
                 None => parse.content.as_deref().unwrap_or_default(),
             };
@@ -731,18 +735,10 @@ impl ToolJail {
     /// Held text without calls after the basic parse said `content`.
     fn basic_no_calls(&self, text: &str, marker: &str, content: Option<String>) -> Parsed {
         match (text.find(marker), content) {
-            (None, Some(content)) if !self.rules.closes_without_calls(text) => Parsed {
+            (None, Some(content)) => Parsed {
                 calls: Vec::new(),
                 content,
             },
-            (Some(at), _)
-                if self.rules.keeps_text_before_marker && !text[..at].trim().is_empty() =>
-            {
-                Parsed {
-                    calls: Vec::new(),
-                    content: text.to_owned(),
-                }
-            }
             _ => self.no_calls(text),
         }
     }
@@ -792,11 +788,11 @@ impl ToolJail {
             // qwen3_coder: `<function=` says `<function=`; `<tool_call><function=`
             // says nothing).
             .is_some_and(|(_, opener)| !text.contains(opener));
-        let marked = (self.rules.has_start(text) || self.rules.closes_without_calls(text))
-            && !read_as_text
-            && !(self.rules.opened_by_own_end(text)
+        let kept_whole = read_as_text
+            || (self.rules.opened_by_own_end(text)
                 && self.rules.starts.iter().any(|m| text.contains(m)))
-            && !(self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
+            || (self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
+        let marked = self.rules.has_start(text) && !kept_whole;
         Parsed {
             calls: Vec::new(),
             content: if marked {
@@ -806,6 +802,137 @@ impl ToolJail {
             },
         }
     }
+}
+
+/// Dynamo's mistral parse over held text; without calls the jail lets the held
+/// text out as it was, unless the parser says nothing (a marker with no JSON
+/// after it, an end marker): then nothing.
+fn parse_mistral(text: &str, reading: Reading) -> Parsed {
+    let (calls, normal) = basic_whole::parse_mistral(text, reading == Reading::End);
+    if calls.is_empty() {
+        return Parsed {
+            calls: Vec::new(),
+            content: if normal.is_empty() {
+                String::new()
+            } else {
+                text.to_owned()
+            },
+        };
+    }
+    Parsed {
+        calls: numbered(calls),
+        content: normal,
+    }
+}
+
+const MISTRAL_START: &str = "[TOOL_CALLS]";
+const MISTRAL_END: &str = "[/TOOL_CALLS]";
+
+/// How Dynamo's jail decides that a mistral jail is complete (its JSON-boundary
+/// strategy): the held text is parsed only when a `[/TOOL_CALLS]` shows up or a
+/// top-level JSON value closes (counted from the newest `[TOOL_CALLS]`); calls
+/// found wait (`pending`) until the end position is known — after the end
+/// marker, else at the last `]` once text other than whitespace (and other than
+/// the start of `[/TOOL_CALLS]`) follows it.
+#[derive(Debug, Default)]
+struct MistralEnd {
+    pending: Option<Parsed>,
+    /// Where the search for `[/TOOL_CALLS]` goes on.
+    end_from: usize,
+    scan: JsonBoundary,
+}
+
+/// The reference's incremental scan for closed top-level JSON values: each
+/// closing is reported once; a new start marker restarts the scan after it.
+#[derive(Debug, Default)]
+struct JsonBoundary {
+    scanned: usize,
+    last_marker_end: Option<usize>,
+    started: bool,
+    depth: usize,
+    in_string: bool,
+    escape: bool,
+    last_complete: Option<usize>,
+    reported: Option<usize>,
+}
+
+impl JsonBoundary {
+    fn new_end(&mut self, text: &str) -> bool {
+        let newest = text
+            .match_indices(MISTRAL_START)
+            .map(|(at, m)| at + m.len())
+            .filter(|end| self.last_marker_end.map_or(true, |last| *end > last))
+            .last();
+        if let Some(end) = newest {
+            *self = Self {
+                scanned: end,
+                last_marker_end: Some(end),
+                ..Self::default()
+            };
+        }
+        for (offset, c) in text[self.scanned..].char_indices() {
+            if !self.started {
+                if c == '{' || c == '[' {
+                    self.started = true;
+                    self.depth = 1;
+                }
+            } else if self.escape {
+                self.escape = false;
+            } else if self.in_string {
+                match c {
+                    '\\' => self.escape = true,
+                    '"' => self.in_string = false,
+                    _ => {}
+                }
+            } else {
+                match c {
+                    '"' => self.in_string = true,
+                    '{' | '[' => self.depth += 1,
+                    '}' | ']' => {
+                        self.depth = self.depth.saturating_sub(1);
+                        if self.depth == 0 {
+                            self.last_complete = Some(self.scanned + offset + 1);
+                            self.started = false;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.scanned = text.len();
+        if self.last_complete != self.reported {
+            self.reported = self.last_complete;
+            return self.last_complete.is_some();
+        }
+        false
+    }
+}
+
+/// What the reference makes of calls a streaming parse found.
+enum Completion {
+    Done(usize, Parsed),
+    Pending(Parsed),
+    Invalid,
+}
+
+/// Where Dynamo's mistral jail ends once calls parsed: after `[/TOOL_CALLS]`
+/// (and any that follow it); without it, at the last `]` — with a start marker
+/// only once text follows that is neither whitespace nor the start of the end
+/// marker (`None`: wait).
+fn mistral_end_position(held: &str) -> Option<usize> {
+    let json_end = held.rfind(']').map_or(held.len(), |at| at + 1);
+    if !held.contains(MISTRAL_START) {
+        return Some(json_end);
+    }
+    if let Some(at) = held.find(MISTRAL_END) {
+        let mut end = at + MISTRAL_END.len();
+        while let Some(rest) = held[end..].trim_start().strip_prefix(MISTRAL_END) {
+            end = held.len() - rest.len();
+        }
+        return Some(end);
+    }
+    let tail = held[json_end..].trim_start();
+    (!tail.is_empty() && !MISTRAL_END.starts_with(tail)).then_some(json_end)
 }
 
 /// Calls read as (name, arguments), numbered and given ids.

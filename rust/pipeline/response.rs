@@ -265,9 +265,9 @@ impl ResponseState {
                 && !self.plan.tool_choice.forces_calls()
                 && spec
                     .tool_call
-                    .is_some_and(|f| matches!(f.name(), "qwen3_coder" | "default"))
+                    .is_some_and(|f| matches!(f.name(), "qwen3_coder" | "default" | "mistral"))
         }) {
-            // Dynamo's unary aggregator reads a qwen3_coder or `default` answer
+            // Dynamo's unary aggregator reads a qwen3_coder, `default` or mistral answer
             // cut by length without calls again when it holds a start marker (the
             // jail let it out as text; live-checked: `fine<tool_call> ` says
             // `fine`, `hi <|python_tag|>{"a"` says `hi `, while `<tool_call>|>`
@@ -912,6 +912,7 @@ impl ResponseState {
             _ => None,
         };
         let finalized = finalized.map(|parsed| only_named(parsed, named));
+        let calls_before = choice.calls_released > 0;
         for parsed in std::mem::take(&mut released.parsed) {
             parts.push(JailedPart::parsed(
                 only_named(parsed, named),
@@ -944,6 +945,9 @@ impl ResponseState {
                 reasoning: (!reasoning.is_empty()).then_some(reasoning),
                 released: false,
             });
+        }
+        if finish.is_some() && !held {
+            terminal_whitespace_dropped(&mut parts, calls_before, finish);
         }
         if let Some(parsed) = finalized {
             // With a usage chunk to come, the reference's last frame passes the
@@ -1046,6 +1050,43 @@ impl ResponseState {
             );
             sse::end_event(out);
         }
+    }
+}
+
+/// The last frame's parts, as Dynamo's jail normalizes them: once a call went
+/// out (before, or earlier in the frame), a part with only whitespace content is
+/// dropped (live-checked, mistral: ` ` left by a stop string after the calls
+/// makes a bare finish chunk, and no trailing space in the unary answer); the
+/// finish reason then goes on the last part left, or on a bare chunk of its own.
+fn terminal_whitespace_dropped(
+    parts: &mut Vec<JailedPart>,
+    calls_before: bool,
+    finish: Option<&'static str>,
+) {
+    let mut saw_calls = calls_before;
+    let before = parts.len();
+    parts.retain(|part| {
+        saw_calls |= !part.calls.is_empty();
+        !part.calls.is_empty()
+            || !saw_calls
+            || part.reasoning.is_some()
+            || !part.content.as_deref().is_some_and(|c| c.trim().is_empty())
+    });
+    if parts.len() == before {
+        return;
+    }
+    for part in parts.iter_mut() {
+        part.finish = None;
+    }
+    match parts.last_mut() {
+        Some(last) => last.finish = finish,
+        None => parts.push(JailedPart {
+            content: None,
+            calls: Vec::new(),
+            finish,
+            reasoning: None,
+            released: false,
+        }),
     }
 }
 

@@ -94,6 +94,167 @@ pub fn marked_values(text: &str, marker: &str) -> Option<Vec<(String, String)>> 
     Some(calls)
 }
 
+const MISTRAL_START: &str = "[TOOL_CALLS]";
+const MISTRAL_END: &str = "[/TOOL_CALLS]";
+
+/// Dynamo 1.6.1's mistral parse of a whole text (its `dynamo-parsers` 10.0.7):
+/// the calls and the normal text. `at_end`: the end-of-output reading, which
+/// recovers more (the JSON after the first marker read whole, else its
+/// leading whole objects; JSON cut short closed; markers stripped).
+///
+/// - `[TOOL_CALLS]…[/TOOL_CALLS]` pairs give their insides (several: a list);
+///   at the end only, without a pair, the text after the first marker when it
+///   opens with `{`/`[`; else every piece between markers: one opening with
+///   `{` gives its `;`-separated objects, one opening with `[` is cut at its
+///   last `]` and gives its elements (`[TOOL_CALLS]x[TOOL_CALLS][{…}]` is a call);
+/// - no marker: the JSON from the first `{`/`[` on, the text before it trimmed;
+/// - the normal text of marked text is the text before the first marker, its
+///   trailing space kept; a marker with no JSON makes it empty, and so does an
+///   end marker (or, at the end, any marker) once nothing parsed;
+/// - a list's call objects take `arguments` before `parameters`, a lone
+///   object the other way round; arguments as written.
+pub fn parse_mistral(text: &str, at_end: bool) -> (Vec<(String, String)>, String) {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return (Vec::new(), String::new());
+    }
+    let marked = trimmed.find(MISTRAL_START);
+    let (json, normal, no_json): (std::borrow::Cow<str>, &str, bool) = match marked {
+        None => match trimmed.find(['{', '[']) {
+            Some(at) => (trimmed[at..].trim().into(), trimmed[..at].trim(), false),
+            None => (trimmed.into(), trimmed, false),
+        },
+        Some(at) => {
+            let before = &trimmed[..at];
+            match paired(trimmed).or_else(|| {
+                let tail = trimmed[at + MISTRAL_START.len()..].trim();
+                (at_end && tail.starts_with(['{', '['])).then(|| tail.to_owned())
+            }) {
+                Some(json) => (json.into(), before, false),
+                None => {
+                    let items = piece_items(trimmed);
+                    if items.is_empty() {
+                        (String::new().into(), before, true)
+                    } else {
+                        (format!("[{}]", items.join(",")).into(), before, false)
+                    }
+                }
+            }
+        }
+    };
+    let json = json.as_ref();
+    if let Some(calls) = mistral_calls(json) {
+        return (calls, normal.to_owned());
+    }
+    if at_end && marked.is_some() && !trimmed.contains(MISTRAL_END) {
+        let leading = leading_objects(json);
+        let calls = if leading.is_empty() {
+            Vec::new()
+        } else {
+            mistral_calls(&format!("[{}]", leading.join(","))).unwrap_or_default()
+        };
+        return (calls, normal.to_owned());
+    }
+    if at_end {
+        if let Some(calls) = mistral_calls(&closed(json)).filter(|c| !c.is_empty()) {
+            return (calls, normal.to_owned());
+        }
+    }
+    if no_json {
+        return (Vec::new(), String::new());
+    }
+    let has_marker = trimmed.contains(MISTRAL_START) || trimmed.contains(MISTRAL_END);
+    if has_marker && (at_end || trimmed.contains(MISTRAL_END)) {
+        let mut payload = json.trim();
+        while let Some(rest) = payload.strip_prefix(MISTRAL_START) {
+            payload = rest.trim();
+        }
+        while let Some(rest) = payload.strip_suffix(MISTRAL_END) {
+            payload = rest.trim();
+        }
+        return (mistral_calls(payload).unwrap_or_default(), String::new());
+    }
+    (Vec::new(), trimmed.to_owned())
+}
+
+/// The insides of every `[TOOL_CALLS]…[/TOOL_CALLS]` pair, trimmed (several
+/// joined as a list).
+fn paired(text: &str) -> Option<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(MISTRAL_START) {
+        let inside = &rest[at + MISTRAL_START.len()..];
+        let Some(end) = inside.find(MISTRAL_END) else {
+            break;
+        };
+        found.push(inside[..end].trim());
+        rest = &inside[end + MISTRAL_END.len()..];
+    }
+    match found.len() {
+        0 => None,
+        1 => Some(found[0].to_owned()),
+        _ => Some(format!("[{}]", found.join(","))),
+    }
+}
+
+/// The JSON values of the pieces between markers, as written: a piece opening
+/// with `{` gives its objects up to the first not followed by `;`, one opening
+/// with `[` its elements once cut at its last `]` it is a list.
+fn piece_items(text: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    for piece in text.split(MISTRAL_START).map(str::trim) {
+        if piece.starts_with('{') {
+            let mut rest = piece;
+            while let Some((value, after)) = first_value(rest) {
+                items.push(value);
+                match after.trim_start().strip_prefix(';') {
+                    Some(next) => rest = next.trim_start(),
+                    None => break,
+                }
+            }
+        } else if let Some(list) = cut_json_piece(piece).filter(|p| p.starts_with('[')) {
+            if let Ok(elements) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(list) {
+                items.extend(elements.into_iter().map(|e| e.get()));
+            }
+        }
+    }
+    items
+}
+
+/// The whole objects a cut list (or object run) starts with, up to the first
+/// that is not a whole object followed by `,`.
+fn leading_objects(json: &str) -> Vec<&str> {
+    let trimmed = json.trim();
+    let mut rest = trimmed.strip_prefix('[').unwrap_or(trimmed).trim_start();
+    let mut found = Vec::new();
+    while let Some((value, after)) = first_value(rest) {
+        if !value.starts_with('{') {
+            break;
+        }
+        found.push(value);
+        match after.trim_start().strip_prefix(',') {
+            Some(next) => rest = next.trim_start(),
+            None => break,
+        }
+    }
+    found
+}
+
+/// mistral's call shapes: a list's call objects (`arguments` first), or one
+/// call object (`parameters` first); `None` when `json` is neither.
+fn mistral_calls(json: &str) -> Option<Vec<(String, String)>> {
+    if let Some(calls) = super::list_calls(json, |item| {
+        let (name, arguments) = super::call_object(item, &["arguments", "parameters"])?;
+        Some((name, arguments?))
+    }) {
+        return Some(calls);
+    }
+    match super::call_object(json, &["parameters", "arguments"]) {
+        Some((name, Some(arguments))) => Some(vec![(name, arguments)]),
+        _ => None,
+    }
+}
+
 /// The whole elements at the start of a list's insides, up to the first that is not.
 fn whole_elements(mut rest: &str) -> Vec<&str> {
     let mut found = Vec::new();
@@ -257,6 +418,42 @@ mod tests {
         assert_eq!(
             read(r#"[TOOL_CALLS][TOOL_CALLS]{"name":"a","arguments":{}}"#),
             (vec![], Some("".into()))
+        );
+    }
+
+    #[test]
+    fn mistral_parse_streaming_and_at_the_end() {
+        let c = r#"[{"name":"c","arguments":{"x": 1}}]"#;
+        let c_call = one("c", r#"{"x": 1}"#);
+        // Streaming: every piece between markers; at the end the JSON after the
+        // first marker is read whole, then its leading whole objects.
+        let cut = format!("[TOOL_CALLS][1][TOOL_CALLS]{c}");
+        assert_eq!(parse_mistral(&cut, false), (c_call.clone(), String::new()));
+        assert_eq!(parse_mistral(&cut, true), (vec![], String::new()));
+        let after_text = format!("ok [TOOL_CALLS]x[TOOL_CALLS]{c}");
+        assert_eq!(
+            parse_mistral(&after_text, true),
+            (c_call.clone(), "ok ".into())
+        );
+        // A list's leading whole objects, at the end only.
+        let open = r#"[TOOL_CALLS][{"name":"a","parameters":{}}, {"name":"b""#;
+        assert_eq!(parse_mistral(open, true), (one("a", "{}"), String::new()));
+        assert_eq!(parse_mistral(open, false), (vec![], String::new()));
+        // The `[ARGS]` form is no call: the text before the marker.
+        let args = "hi [TOOL_CALLS]f[ARGS]{}";
+        assert_eq!(parse_mistral(args, true), (vec![], "hi ".into()));
+        assert_eq!(parse_mistral(args, false), (vec![], String::new()));
+        // Pairs with the end marker; markers stripped once nothing parsed.
+        let paired = format!("x [TOOL_CALLS]{c}[/TOOL_CALLS] y");
+        assert_eq!(parse_mistral(&paired, false), (c_call, "x ".into()));
+        assert_eq!(
+            parse_mistral("[TOOL_CALLS]nope[/TOOL_CALLS]", false),
+            (vec![], String::new())
+        );
+        // Bare JSON: the trimmed text before it; no call keeps the whole text.
+        assert_eq!(
+            parse_mistral(r#"x {"a": 1}"#, true),
+            (vec![], r#"x {"a": 1}"#.into())
         );
     }
 
