@@ -90,6 +90,10 @@ pub struct JailRules {
     /// After the marker only whole call objects count (mistral's parse,
     /// [`basic_whole::parse_whole_objects`]).
     whole_objects: bool,
+    /// A piece around a start marker reads as the JSON value that starts it once
+    /// cut at its last bracket, whatever follows (llama3_json, live-checked:
+    /// `<|python_tag|>{A}}` is the call A); else the whole cut piece must parse.
+    first_value_pieces: bool,
     /// Held text without calls whose first start marker follows other text goes
     /// out whole (live-checked, mistral: `[R` + `[TOOL_CALLS]`, `{a[TOOL_CALLS]f[ARGS]{}`).
     keeps_text_before_marker: bool,
@@ -176,6 +180,7 @@ impl JailRules {
                 _ => None,
             },
             whole_objects: name == "mistral",
+            first_value_pieces: name == "llama3_json",
             keeps_text_before_marker: name == "mistral",
             unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
             bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
@@ -231,7 +236,16 @@ impl JailRules {
     fn marked_json_closes(&self, text: &str) -> bool {
         self.starts
             .iter()
-            .any(|m| text.split(m).skip(1).any(json_piece_parses))
+            .any(|m| text.split(m).skip(1).any(|piece| self.piece_reads(piece)))
+    }
+
+    /// Whether a piece around a start marker reads as JSON (see `first_value_pieces`).
+    fn piece_reads(&self, piece: &str) -> bool {
+        if self.first_value_pieces {
+            default_whole::piece_value(piece).is_some()
+        } else {
+            json_piece_parses(piece)
+        }
     }
 
     /// Whether the parse of marked text without calls says the text before the
@@ -244,7 +258,7 @@ impl JailRules {
             && self
                 .starts
                 .iter()
-                .any(|m| text.split(m).any(json_piece_parses))
+                .any(|m| text.split(m).any(|piece| self.piece_reads(piece)))
     }
 
     /// Whether a start marker in the text opens a list (`[TOOL_CALLS][…`): only

@@ -169,8 +169,9 @@ fn around(text: &str, start: &str) -> Option<String> {
 
 /// A piece of text around a marker, read as Dynamo reads it: one that opens with
 /// `{` (`[`) is cut at its last `}` (`]`), and the JSON value that starts it is
-/// taken, whatever follows (`{…}}` reads `{…}`).
-fn piece_value(piece: &str) -> Option<&str> {
+/// taken, whatever follows (`{…}}` reads `{…}`; llama3_json reads its
+/// `<|python_tag|>` pieces so too, live-checked).
+pub fn piece_value(piece: &str) -> Option<&str> {
     first_value(cut_json_piece(piece)?)
 }
 
