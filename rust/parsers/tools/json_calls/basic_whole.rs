@@ -19,7 +19,7 @@
 
 use serde_json::value::RawValue;
 
-use super::default_whole::piece_value;
+use super::default_whole::piece_values;
 use super::first_value;
 use super::in_content::closed;
 
@@ -113,7 +113,7 @@ fn marked(text: &str, marker: &str, before: &str) -> WholeParse {
     // the piece cut at its last bracket, `{A}}` gives `{A}`), joined as one list:
     // a list's elements and an object as written.
     let mut items = Vec::new();
-    for json in text.split(marker).filter_map(piece_value) {
+    for json in text.split(marker).flat_map(piece_values) {
         if json.starts_with('[') {
             if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(json) {
                 items.extend(list.iter().map(|item| item.get()));
