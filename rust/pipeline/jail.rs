@@ -77,6 +77,10 @@ pub struct JailRules {
     /// ([`basic_whole::parse_mistral`]) and the jail ends as its JSON-boundary
     /// completion decides ([`MistralEnd`]).
     mistral: bool,
+    /// A piece around a start marker reads as the JSON value that starts it once
+    /// cut at its last bracket, whatever follows (llama3_json, live-checked:
+    /// `<|python_tag|>{A}}` is the call A); else the whole cut piece must parse.
+    first_value_pieces: bool,
     /// Held text without a call is kept as text when no end marker closed it
     /// and it lacks this inner marker (qwen3_coder's `<function=`: Dynamo reads
     /// such a block as plain text).
@@ -155,6 +159,7 @@ impl JailRules {
                 _ => None,
             },
             mistral: name == "mistral",
+            first_value_pieces: name == "llama3_json",
             unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
             bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
         }
@@ -198,7 +203,16 @@ impl JailRules {
     fn marked_json_closes(&self, text: &str) -> bool {
         self.starts
             .iter()
-            .any(|m| text.split(m).skip(1).any(json_piece_parses))
+            .any(|m| text.split(m).skip(1).any(|piece| self.piece_reads(piece)))
+    }
+
+    /// Whether a piece around a start marker reads as JSON (see `first_value_pieces`).
+    fn piece_reads(&self, piece: &str) -> bool {
+        if self.first_value_pieces {
+            default_whole::piece_value(piece).is_some()
+        } else {
+            json_piece_parses(piece)
+        }
     }
 
     /// Whether the parse of marked text without calls says the text before the
@@ -211,7 +225,7 @@ impl JailRules {
             && self
                 .starts
                 .iter()
-                .any(|m| text.split(m).any(json_piece_parses))
+                .any(|m| text.split(m).any(|piece| self.piece_reads(piece)))
     }
 
     /// The family's start heuristic (the reference's `detect_tool_call_start`).

@@ -4,21 +4,22 @@
 //! pipeline's reference mode uses it:
 //!
 //! - with the marker in the text, the content is the trimmed text before the
-//!   first one; each piece between markers that starts with `{` (`[`) is cut at
-//!   its last `}` (`]`) and kept when that is JSON (a list gives its elements);
+//!   first one; each piece around markers that starts with `{` (`[`) is cut at
+//!   its last `}` (`]`) and gives the JSON value that starts it (`{A}}` gives
+//!   `{A}`; a list gives its elements, as written);
 //!   JSON the output cut short is no call here (`<|python_tag|>{"name":"f","ar`),
 //!   and no JSON at all leaves no content either;
 //! - without it, the JSON runs from the first `{` or `[` to the end, the text
 //!   before it is the content; JSON cut short is closed (open string, lists and
 //!   objects) and read again;
 //! - a call is an object with a string `name` and `parameters`, else `arguments`
-//!   (any JSON, as written; a list after the marker has its elements written
-//!   again compact); in a list, elements that are not calls are
+//!   (any JSON, as written); in a list, elements that are not calls are
 //!   skipped, and a list that parses says only the text before it, calls or not
 //!   (`x [1]` → `x`).
 
-use serde_json::Value;
+use serde_json::value::RawValue;
 
+use super::default_whole::piece_values;
 use super::in_content::closed;
 use super::{cut_json_piece, first_value};
 
@@ -269,16 +270,17 @@ fn whole_elements(mut rest: &str) -> Vec<&str> {
 }
 
 fn marked(text: &str, marker: &str, before: &str) -> WholeParse {
-    // The pieces that read as JSON, joined as one list: a list's elements are
-    // written again compact, an object stays as written.
+    // The pieces around the marker that give a JSON value (the value that starts
+    // the piece cut at its last bracket, `{A}}` gives `{A}`), joined as one list:
+    // a list's elements and an object as written.
     let mut items = Vec::new();
-    for json in text.split(marker).filter_map(cut_json_piece) {
-        match serde_json::from_str::<Value>(json) {
-            Ok(Value::Array(list)) if json.starts_with('[') => {
-                items.extend(list.iter().map(Value::to_string));
+    for json in text.split(marker).flat_map(piece_values) {
+        if json.starts_with('[') {
+            if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(json) {
+                items.extend(list.iter().map(|item| item.get()));
             }
-            Ok(_) if json.starts_with('{') => items.push(json.to_owned()),
-            _ => {}
+        } else {
+            items.push(json);
         }
     }
     if items.is_empty() {
@@ -394,6 +396,26 @@ mod tests {
     }
 
     #[test]
+    fn a_marked_piece_gives_the_value_that_starts_it() {
+        assert_eq!(
+            parse(r#"<|python_tag|>{"name":"a","arguments":{}}}"#),
+            (one("a", "{}"), Some("".into()))
+        );
+        // Text before the marker is a piece too; the content is that text.
+        assert_eq!(
+            parse(r#"{"name":"a","arguments":{}}}<|python_tag|>"#),
+            (
+                one("a", "{}"),
+                Some(r#"{"name":"a","arguments":{}}}"#.into())
+            )
+        );
+        assert_eq!(
+            parse(r#"{"a":1} x}<|python_tag|>"#),
+            (vec![], Some(r#"{"a":1} x}"#.into()))
+        );
+    }
+
+    #[test]
     fn mistral_reads_whole_objects_only() {
         let read = |text| {
             let parse = parse_whole_objects(text, "[TOOL_CALLS]", true);
@@ -477,7 +499,7 @@ mod tests {
     fn calls_need_a_name_and_arguments() {
         assert_eq!(
             parse(r#"<|python_tag|>[{"name":"a","arguments":{"b": 1}}, {"name":"c"}]"#),
-            (one("a", r#"{"b":1}"#), Some("".into()))
+            (one("a", r#"{"b": 1}"#), Some("".into()))
         );
         assert_eq!(
             parse(r#"{"name":"a","parameters":{"x": 1},"arguments":{}}"#),

@@ -150,14 +150,14 @@ fn around(text: &str, start: &str) -> Option<String> {
     }
     let mut items: Vec<String> = Vec::new();
     for piece in text.split(start) {
-        match piece_value(piece) {
-            Some(value) if value.starts_with('[') => {
+        for value in piece_values(piece) {
+            if value.starts_with('[') {
                 if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(value) {
                     items.extend(list.iter().map(|item| item.get().to_owned()));
                 }
+            } else {
+                items.push(value.to_owned());
             }
-            Some(value) => items.push(value.to_owned()),
-            None => {}
         }
     }
     Some(if items.is_empty() {
@@ -169,9 +169,29 @@ fn around(text: &str, start: &str) -> Option<String> {
 
 /// A piece of text around a marker, read as Dynamo reads it: one that opens with
 /// `{` (`[`) is cut at its last `}` (`]`), and the JSON value that starts it is
-/// taken, whatever follows (`{…}}` reads `{…}`).
-fn piece_value(piece: &str) -> Option<&str> {
+/// taken, whatever follows (`{…}}` reads `{…}`; llama3_json reads its
+/// `<|python_tag|>` pieces so too, live-checked).
+pub fn piece_value(piece: &str) -> Option<&str> {
     first_value(cut_json_piece(piece)?)
+}
+
+/// The JSON values a piece around a marker gives: the one that starts it (see
+/// `piece_value`) and those after it separated by `;`, up to the first thing
+/// that is neither (live-checked: `{A};{B}<|python_tag|>{C}` is A, B and C;
+/// `{f}, {"y":1}` only f).
+pub fn piece_values(piece: &str) -> Vec<&str> {
+    let mut values = Vec::new();
+    let Some(mut rest) = cut_json_piece(piece) else {
+        return values;
+    };
+    while let Some((value, after)) = super::first_value(rest) {
+        values.push(value);
+        match after.trim_start().strip_prefix(';') {
+            Some(next) => rest = next.trim_start(),
+            None => break,
+        }
+    }
+    values
 }
 
 /// The JSON value that starts `text`, whatever follows it.
@@ -303,6 +323,13 @@ mod tests {
     fn an_unclosed_marker_gives_its_first_value_at_the_end() {
         let text = "<|python_tag|>{\"name\":\"f\",\"arguments\":{}}\n{\"name\":\"g\"";
         assert_eq!(parse(text, Reading::End), (one("f", "{}"), String::new()));
+    }
+
+    #[test]
+    fn a_piece_gives_its_values_separated_by_semicolons() {
+        let text = r#"{"name":"a","arguments":{}};{"name":"b","arguments":{}}<|python_tag|>{"name":"c","arguments":{}}"#;
+        let calls = [one("a", "{}"), one("b", "{}"), one("c", "{}")].concat();
+        assert_eq!(parse(text, Reading::Streaming).0, calls);
     }
 
     #[test]
