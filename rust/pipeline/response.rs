@@ -1279,7 +1279,8 @@ fn reread_hermes(answer: &str) -> Option<(Vec<(String, String)>, String)> {
     (!parse.calls.is_empty()).then_some((parse.calls, parse.content))
 }
 
-/// Hermes' whole parse of a guided answer of bare call objects: its calls at the
+/// Hermes' whole parse of a guided answer of bare call objects (JSON as written:
+/// an object the output leaves open is no call, live-checked): its calls at the
 /// indexes the guided JSON left free (streamed: not sent yet; unary: not among
 /// `whole`), `None` when it parsed none.
 fn free_index_calls(
@@ -1287,7 +1288,7 @@ fn free_index_calls(
     whole: &[CallDelta],
     stream: bool,
 ) -> Option<Vec<CallDelta>> {
-    let parse = hermes_whole::parse_whole(guided.text(), Repair::Unclosed);
+    let parse = hermes_whole::parse_whole(guided.text(), Repair::Never);
     if parse.calls.is_empty() {
         return None;
     }
