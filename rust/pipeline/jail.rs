@@ -23,6 +23,7 @@ use crate::parsers::tools::json_calls::{
     basic_whole, cut_json_piece, hermes_whole, kimi_whole, pythonic_whole,
 };
 use crate::parsers::ToolCall;
+use serde_json::value::RawValue;
 
 /// How a family's start is guessed from a piece of text when no marker matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +90,9 @@ pub struct JailRules {
     /// opener: the reference reads the block as if the opener came first
     /// (qwen3_coder's bare `<function=`, live-checked).
     bare_opener: Option<(&'static str, &'static str)>,
+    /// A parameter written twice is one key, its last value where it first stood
+    /// (qwen3_coder: Dynamo collects parameters in a map, live-checked).
+    unique_keys: bool,
 }
 
 impl JailRules {
@@ -162,6 +166,7 @@ impl JailRules {
             first_value_pieces: name == "llama3_json",
             unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
             bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
+            unique_keys: name == "qwen3_coder",
         }
     }
 
@@ -668,22 +673,38 @@ impl ToolJail {
             return parse_harmony(text);
         }
         if self.rules.hermes_whole {
-            let parse = hermes_whole::parse_whole(text);
+            // JSON is closed only where the output cut it (live-checked: a guessed
+            // jail's `{"name":"f","arguments":{"a": "` + `</tool_call>` is no call).
+            let repair = match reading {
+                Reading::Streaming => hermes_whole::Repair::Never,
+                Reading::End => hermes_whole::Repair::Unclosed,
+            };
+            let parse = hermes_whole::parse_whole(text, repair);
             if parse.calls.is_empty() {
                 // Held text with a start marker and no call says the text before
-                // the marker (live-checked: a guessed jail's `{x<tool_call>y`
-                // releases `{x`).
+                // the marker, its trailing whitespace dropped (live-checked: a
+                // guessed jail's `{x<tool_call>y` releases `{x`, ` {x ` + `<tool_call>`
+                // releases ` {x`, `<  <tool_call>` releases `<`).
                 if let Some(at) = self.rules.first_start(text) {
                     return Parsed {
                         calls: Vec::new(),
-                        content: text[..at].to_owned(),
+                        content: text[..at].trim_end().to_owned(),
                     };
                 }
-                // The end marker that ended a guessed jail is not said
-                // (live-checked: `{"a":"` + `</tool_call>` releases `{"a":"`).
+                // The end marker that ended a guessed jail is not said, and the
+                // text is trimmed (live-checked: `{"a":"` + `</tool_call>` releases
+                // `{"a":"`, ` [1]\n` + `</tool_call>` releases `[1]`).
                 let mut parsed = self.no_calls(text);
-                for end in self.rules.ends {
-                    parsed.content = parsed.content.replace(end, "");
+                if self
+                    .rules
+                    .ends
+                    .iter()
+                    .any(|end| parsed.content.contains(end))
+                {
+                    for end in self.rules.ends {
+                        parsed.content = parsed.content.replace(end, "");
+                    }
+                    parsed.content = parsed.content.trim().to_owned();
                 }
                 return parsed;
             }
@@ -699,15 +720,22 @@ impl ToolJail {
         // end of output loses its trailing spaces before it is closed).
         let whole = text.trim_end();
         let opened;
+        // A bare `<function=` is read as a block only where no `<tool_call>` follows
+        // (live-checked: `<function=x<tool_call>…</tool_call>` is the block's call,
+        // `<function=x` its content).
+        let opener_in_text = self
+            .rules
+            .bare_opener
+            .is_some_and(|(_, opener)| whole.contains(opener));
         let whole = match self.rules.bare_opener {
-            Some((bare, opener)) => match self.rules.find_start(whole) {
+            Some((bare, opener)) if !opener_in_text => match self.rules.find_start(whole) {
                 Some((at, _)) if whole[at..].starts_with(bare) => {
                     opened = format!("{opener}{}", &whole[at..]);
                     opened.as_str()
                 }
                 _ => whole,
             },
-            None => whole,
+            _ => whole,
         };
         let (message, _) = parse_with(whole, &self.tools);
         if message.tool_calls.is_empty()
@@ -718,12 +746,27 @@ impl ToolJail {
         }
         // The reference's parsers trim the text around calls; kimi_k2's and
         // deepseek_v3_1's keep only the text before the first start marker.
-        let content = match self.rules.content_start(text) {
+        let start = match self.rules.bare_opener {
+            Some((_, opener)) if opener_in_text => text.find(opener),
+            _ => self.rules.content_start(text),
+        };
+        let content = match start {
+            // The text before a `<tool_call>` after a bare `<function=` is said as
+            // written (live-checked: `<function=x ` + `<tool_call>…`).
+            Some(at) if opener_in_text => &text[..at],
             Some(at) if self.rules.content_before_start => text[..at].trim(),
             _ => message.content.trim(),
         };
+        let mut calls = message.tool_calls;
+        if self.rules.unique_keys {
+            for call in &mut calls {
+                if let Some(arguments) = last_value_per_key(&call.arguments) {
+                    call.arguments = arguments;
+                }
+            }
+        }
         Parsed {
-            calls: message.tool_calls,
+            calls,
             content: content.to_owned(),
         }
     }
@@ -798,10 +841,11 @@ impl ToolJail {
         }) || self
             .rules
             .bare_opener
-            // A bare `<function=` that gives no call is text too (live-checked,
-            // qwen3_coder: `<function=` says `<function=`; `<tool_call><function=`
-            // says nothing).
-            .is_some_and(|(_, opener)| !text.contains(opener));
+            // Held text a bare `<function=` opened that gives no call is text too
+            // (live-checked, qwen3_coder: `<function=` says `<function=`,
+            // `<function=x<tool_call>\n<` and `<function=<tool_call><function=f>`
+            // at the end go out whole; `<tool_call><function=` says nothing).
+            .is_some_and(|(bare, _)| text.starts_with(bare));
         let kept_whole = read_as_text
             || (self.rules.opened_by_own_end(text)
                 && self.rules.starts.iter().any(|m| text.contains(m)))
@@ -949,6 +993,59 @@ fn mistral_end_position(held: &str) -> Option<usize> {
     (!tail.is_empty() && !MISTRAL_END.starts_with(tail)).then_some(json_end)
 }
 
+/// A JSON object's text with each key once, at its first place with its last
+/// value (values as written); `None` when no key repeats or it is no object.
+pub fn last_value_per_key(arguments: &str) -> Option<String> {
+    let entries = serde_json::from_str::<Entries>(arguments).ok()?.0;
+    let mut unique: Vec<(&str, &RawValue)> = Vec::with_capacity(entries.len());
+    for (key, value) in &entries {
+        match unique.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = value,
+            None => unique.push((key, value)),
+        }
+    }
+    if unique.len() == entries.len() {
+        return None;
+    }
+    let mut out = String::from("{");
+    for (i, (key, value)) in unique.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(key).ok()?);
+        out.push(':');
+        out.push_str(value.get());
+    }
+    out.push('}');
+    Some(out)
+}
+
+/// A JSON object's entries in order, repeated keys kept.
+struct Entries(Vec<(String, Box<RawValue>)>);
+
+impl<'de> serde::Deserialize<'de> for Entries {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Entries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
 /// Calls read as (name, arguments), numbered and given ids.
 fn numbered(calls: Vec<(String, String)>) -> Vec<ToolCall> {
     calls
@@ -1038,4 +1135,23 @@ fn brackets_closed(text: &str) -> bool {
         }
     }
     depth == 0 && quote.is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_value_per_key;
+
+    #[test]
+    fn a_repeated_key_keeps_its_first_place_and_last_value() {
+        assert_eq!(
+            last_value_per_key(r#"{"city":"A","days":3,"city":"B"}"#).as_deref(),
+            Some(r#"{"city":"B","days":3}"#)
+        );
+        assert_eq!(
+            last_value_per_key(r#"{"a":1.50,"a":[1, 2]}"#).as_deref(),
+            Some(r#"{"a":[1, 2]}"#)
+        );
+        assert_eq!(last_value_per_key(r#"{"a":1,"b":2}"#), None);
+        assert_eq!(last_value_per_key("[1]"), None);
+    }
 }

@@ -13,7 +13,7 @@ use super::detok::Detokenizer;
 use super::error::write_flat_body;
 use super::frames::{parse_frame, EngineOutput, Frame};
 use super::guided_calls::{GuidedCalls, Shape};
-use super::jail::{JailRules, Parsed, Released, ToolJail};
+use super::jail::{last_value_per_key, JailRules, Parsed, Released, ToolJail};
 use super::logprobs::{self, TokenLogprob};
 use super::plan::{ResponsePlan, Surface, ToolChoiceMode};
 use super::sse;
@@ -22,7 +22,8 @@ use crate::parsers::chat::{parse_with, ChatParserSpec};
 use crate::parsers::json::is_valid;
 use crate::parsers::tools::harmony_whole;
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
-use crate::parsers::tools::json_calls::{basic_whole, hermes_whole, pythonic_whole};
+use crate::parsers::tools::json_calls::hermes_whole::{self, Repair};
+use crate::parsers::tools::json_calls::{basic_whole, pythonic_whole};
 use crate::parsers::{CallDelta, ChatParser, Delta};
 use serde_json::value::RawValue;
 
@@ -263,19 +264,40 @@ impl ResponseState {
                 && spec.reference_streaming
                 && self.plan.surface == Surface::Chat
                 && !self.plan.tool_choice.forces_calls()
-                && spec
-                    .tool_call
-                    .is_some_and(|f| matches!(f.name(), "qwen3_coder" | "default" | "mistral"))
+                && spec.tool_call.is_some_and(|f| {
+                    matches!(f.name(), "qwen3_coder" | "default" | "mistral" | "hermes")
+                })
         }) {
-            // Dynamo's unary aggregator reads a qwen3_coder, `default` or mistral answer
-            // cut by length without calls again when it holds a start marker (the
-            // jail let it out as text; live-checked: `fine<tool_call> ` says
+            // Dynamo's unary aggregator reads a qwen3_coder, `default`, mistral or
+            // hermes answer without calls again (cut by length: when it holds a
+            // start marker; the jail let it out as text; live-checked: `fine<tool_call> ` says
             // `fine`, `hi <|python_tag|>{"a"` says `hi `, while `<tool_call>|>`
             // that stopped keeps its text).
             let jail = family_jail(spec);
             let default = spec.tool_call.is_some_and(|f| f.name() == "default");
+            let hermes = spec.tool_call.is_some_and(|f| f.name() == "hermes");
             for choice in &mut self.choices {
                 if !choice.calls.is_empty() {
+                    continue;
+                }
+                if hermes {
+                    // Its hermes parse of an answer without calls (live-checked:
+                    // `ok {"name":"f","parameters":{"a": "` + `</tool_call>` + `"}}`
+                    // streams as text, the unary answer is the call, content `ok`).
+                    if let Some((calls, content)) = reread_hermes(&choice.content) {
+                        choice.content = content;
+                        choice.calls = calls
+                            .into_iter()
+                            .map(|(name, arguments)| WholeCall {
+                                id: new_call_id(),
+                                name,
+                                arguments,
+                            })
+                            .collect();
+                        if choice.finish_reason == Some("stop") {
+                            choice.finish_reason = Some("tool_calls");
+                        }
+                    }
                     continue;
                 }
                 if default {
@@ -1144,12 +1166,23 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
             basic_whole::marked_values(answer, "<|python_tag|>")
                 .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_tag|>", false).calls),
         ),
+        // Its hermes parse of the closed blocks, JSON not closed (live-checked:
+        // several blocks are one JSON list, so one broken block leaves them all
+        // text; a fenced object followed by text is no call).
+        Some("hermes") => Some(
+            hermes_whole::parse_whole(
+                closed_blocks(answer, "<tool_call>", "</tool_call>"),
+                Repair::Never,
+            )
+            .calls,
+        ),
         _ => None,
     };
     if let Some(calls) = whole {
         return numbered_calls(calls);
     }
-    if spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder") {
+    let qwen3_coder = spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder");
+    if qwen3_coder {
         if let Some(calls) = trailing_json_calls(answer) {
             return calls;
         }
@@ -1160,7 +1193,7 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         ..spec.clone()
     };
     let answer = match spec.tool_call.map(|f| f.name()) {
-        Some("hermes" | "qwen3_coder") => closed_blocks(answer, "<tool_call>", "</tool_call>"),
+        Some("qwen3_coder") => closed_blocks(answer, "<tool_call>", "</tool_call>"),
         Some("deepseek_v3_1") => closed_blocks(answer, DSV31_SECTION, DSV31_SECTION_END),
         _ => answer,
     };
@@ -1171,8 +1204,11 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         .map(|call| CallDelta {
             index: call.index,
             id: Some(call.id),
+            arguments: match qwen3_coder.then(|| last_value_per_key(&call.arguments)) {
+                Some(Some(unique)) => unique,
+                _ => call.arguments,
+            },
             name: Some(call.name),
-            arguments: call.arguments,
         })
         .collect()
 }
@@ -1197,7 +1233,7 @@ fn closed_blocks<'a>(answer: &'a str, open: &str, close: &str) -> &'a str {
 /// after other text is its calls, their arguments as written (live-checked,
 /// qwen3_coder: `hi ;[{"name":"get_time","arguments":{"tz": ""}}]` is the call
 /// with `{"tz": ""}`, also after a whole `<tool_call>` block; `parameters` count
-/// too; JSON followed by text is not read).
+/// too; JSON followed by text is not read, nor JSON after an earlier `{`/`[`).
 fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
     let text = answer.trim_end();
     if !text.ends_with(['}', ']']) {
@@ -1211,7 +1247,9 @@ fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
             .or_else(|| object.get("arguments"))?;
         Some((name, arguments.get().to_owned()))
     };
-    text.match_indices(['{', '[']).find_map(|(at, _)| {
+    // Read from the first `{` or `[` only (live-checked: `[{A}]x<tool_call>y{B}`
+    // is text, `<tool_call>…</paramet{B}` is B).
+    text.find(['{', '[']).and_then(|at| {
         let json = &text[at..];
         let objects: Vec<CallObject> = match serde_json::from_str(json) {
             Ok(objects) => objects,
@@ -1238,10 +1276,7 @@ fn reread_unary(
     let (calls, content): (Vec<(String, String)>, String) = match spec.tool_call?.name() {
         // Only an answer with a `<tool_call>` block: bare JSON cut short stays text
         // (live-checked: `{"name":"get_ti` under `required`).
-        "hermes" if answer.contains("<tool_call>") => {
-            let parse = hermes_whole::parse_whole(answer);
-            (parse.calls, parse.content)
-        }
+        "hermes" => reread_hermes(answer)?,
         "qwen3_coder" => {
             let parsed = family_jail(spec).reread(answer)?;
             let calls = parsed.calls.into_iter();
@@ -1276,7 +1311,23 @@ fn reread_unary(
     (!calls.is_empty()).then_some((calls, content))
 }
 
-/// Hermes' whole parse of a guided answer of bare call objects: its calls at the
+/// Dynamo's unary aggregator's hermes parse of an answer the stream let out
+/// without calls: its calls and content, if any. JSON in `<tool_call>` blocks that
+/// does not parse is read again closed, one block or several as their list
+/// (live-checked: `[{A}, {"tz": "` gives `"]"`); bare JSON is not (`{"name":"get_ti`
+/// under `required` stays text).
+fn reread_hermes(answer: &str) -> Option<(Vec<(String, String)>, String)> {
+    let repair = if answer.contains("<tool_call>") {
+        Repair::Always
+    } else {
+        Repair::Never
+    };
+    let parse = hermes_whole::parse_whole(answer, repair);
+    (!parse.calls.is_empty()).then_some((parse.calls, parse.content))
+}
+
+/// Hermes' whole parse of a guided answer of bare call objects (JSON as written:
+/// an object the output leaves open is no call, live-checked): its calls at the
 /// indexes the guided JSON left free (streamed: not sent yet; unary: not among
 /// `whole`), `None` when it parsed none.
 fn free_index_calls(
@@ -1284,7 +1335,7 @@ fn free_index_calls(
     whole: &[CallDelta],
     stream: bool,
 ) -> Option<Vec<CallDelta>> {
-    let parse = hermes_whole::parse_whole(guided.text());
+    let parse = hermes_whole::parse_whole(guided.text(), Repair::Never);
     if parse.calls.is_empty() {
         return None;
     }

@@ -6,9 +6,13 @@
 //!   inside a JSON string (`{"tz": "a</tool_call>` is then a broken block); one
 //!   block is read as it is, several as the JSON list of them;
 //! - no block closed: the text after the first `<tool_call>`, when it starts like
-//!   JSON, is read, and if it does not parse, read again closed (open string,
-//!   lists and objects: `{"tz":"P` → `{"tz":"P"}`);
-//! - no `<tool_call>`: the JSON from the first `{` or `[` to the end, closed too;
+//!   JSON, is read;
+//! - no `<tool_call>`: the JSON from the first `{` or `[` to the end;
+//! - JSON that does not parse is read again closed (open string, lists and
+//!   objects: `{"tz":"P` → `{"tz":"P"}`) as [`Repair`] says: never where the jail
+//!   ends at `</tool_call>` or a forced choice's streamed answer is read, JSON the
+//!   output cut at its end, and any JSON (the list of several blocks too: `[{A},
+//!   {"tz": "` → `{"tz": "]"}`) in the unary aggregator's re-read;
 //! - a call is an object with a string `name`; its arguments are `parameters`,
 //!   else `arguments`, as written (any JSON: `null`, `"x"`), else `{}`; in a list,
 //!   elements that are not calls are skipped. JSON must be strict, whole.
@@ -24,8 +28,22 @@ pub struct WholeParse {
     pub content: String,
 }
 
+/// Which JSON that does not parse is read again closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repair {
+    /// None (the jail's end at `</tool_call>`, a forced choice's streamed answer:
+    /// live-checked, `{"city": "` + `</tool_call>` is no call).
+    Never,
+    /// JSON the end of output left open: after a `<tool_call>` no block closed,
+    /// or bare JSON.
+    Unclosed,
+    /// Any (the unary aggregator's re-read, live-checked: one closed block
+    /// missing its last `}` is a call; several are closed as their list).
+    Always,
+}
+
 /// Parse `text` as Dynamo's hermes parser does (no calls: an empty list).
-pub fn parse_whole(text: &str) -> WholeParse {
+pub fn parse_whole(text: &str, repair: Repair) -> WholeParse {
     let text = text.trim();
     let (content, json, closable) = match text.find(START) {
         Some(at) => {
@@ -41,6 +59,11 @@ pub fn parse_whole(text: &str) -> WholeParse {
             Some(at) => (text[..at].trim(), text[at..].to_owned(), true),
             None => (text, String::new(), false),
         },
+    };
+    let closable = match repair {
+        Repair::Never => false,
+        Repair::Unclosed => closable,
+        Repair::Always => true,
     };
     let calls = if closable && !json.starts_with(['{', '[']) {
         Vec::new()
@@ -85,7 +108,7 @@ mod tests {
     use super::*;
 
     fn calls(text: &str) -> Vec<(String, String)> {
-        parse_whole(text).calls
+        parse_whole(text, Repair::Unclosed).calls
     }
 
     fn one(name: &str, args: &str) -> Vec<(String, String)> {
@@ -109,6 +132,27 @@ mod tests {
         assert_eq!(calls(r#"<tool_call>{"name":""#), one("", "{}"));
         assert!(calls(r#"<tool_call>{"name":"f","arguments":{},"#).is_empty());
         assert!(calls("<tool_call>hello").is_empty());
+    }
+
+    #[test]
+    fn repair_says_which_json_is_closed() {
+        let open = r#"{"name":"f","arguments":{"a": ""#;
+        assert!(parse_whole(open, Repair::Never).calls.is_empty());
+        assert_eq!(
+            parse_whole(open, Repair::Unclosed).calls,
+            one("f", r#"{"a": ""}"#)
+        );
+        let block = r#"hi <tool_call>{"name":"f","arguments":{"a":"x"}</tool_call>"#;
+        assert!(parse_whole(block, Repair::Unclosed).calls.is_empty());
+        let parse = parse_whole(block, Repair::Always);
+        assert_eq!(parse.calls, one("f", r#"{"a":"x"}"#));
+        assert_eq!(parse.content, "hi");
+        let list = r#"<tool_call>{"name":"f"}</tool_call><tool_call>{"name":"g","arguments":{"a": "</tool_call>"#;
+        assert!(parse_whole(list, Repair::Never).calls.is_empty());
+        assert_eq!(
+            parse_whole(list, Repair::Always).calls,
+            [one("f", "{}"), one("g", r#"{"a": "]"}"#)].concat()
+        );
     }
 
     #[test]
@@ -139,7 +183,10 @@ mod tests {
 
     #[test]
     fn content_is_the_text_before_the_first_block() {
-        let parse = parse_whole(r#" hi <tool_call>{"name":"f"}</tool_call> x "#);
+        let parse = parse_whole(
+            r#" hi <tool_call>{"name":"f"}</tool_call> x "#,
+            Repair::Never,
+        );
         assert_eq!(parse.content, "hi");
         assert_eq!(parse.calls, one("f", "{}"));
     }
