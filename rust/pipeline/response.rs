@@ -843,7 +843,15 @@ impl ResponseState {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
         let index = choice.index;
-        let one_bare_call = choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call());
+        let family = self.plan.parsers.as_ref().and_then(|s| s.tool_call);
+        let held_to_end = choice
+            .guided
+            .as_ref()
+            .and_then(|g| held_answer_end(family.map(|f| f.name()), g));
+        let says_empty = match held_to_end {
+            Some(parsed) => parsed,
+            None => choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call()),
+        };
         let reasoning = non_empty(&self.delta.reasoning);
         let has_calls = !self.delta.calls.is_empty();
         let mut role = if has_calls || reasoning.is_some() || finish.is_some() {
@@ -869,10 +877,23 @@ impl ResponseState {
             chunks::write_chat_chunk(out, &env, index, &delta, None, rendered.as_deref(), usage);
             sse::end_event(out);
         }
+        if finish.is_some() && ending && held_to_end.is_some() && self.plan.include_usage {
+            // With a usage chunk to come, the answer the reference still held at
+            // the end (guided JSON that never closed) is released after a bare
+            // finish chunk, as the jail's end-of-output release is (live-checked,
+            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`).
+            let delta = ChatDelta {
+                role: std::mem::take(&mut role),
+                ..ChatDelta::default()
+            };
+            sse::begin_event(out);
+            chunks::write_chat_chunk(out, &env, index, &delta, finish, None, usage);
+            sse::end_event(out);
+        }
         if finish.is_some() {
             let delta = ChatDelta {
                 role,
-                content: (one_bare_call || end_calls.is_some()).then_some(""),
+                content: (says_empty || end_calls.is_some()).then_some(""),
                 tool_calls: end_calls.as_deref().unwrap_or_default(),
                 ..ChatDelta::default()
             };
@@ -1250,6 +1271,28 @@ fn free_index_calls(
     };
     let calls = numbered_calls(parse.calls);
     Some(calls.into_iter().filter(|c| !taken(c.index)).collect())
+}
+
+/// A forced choice's guided answer that never closed (bare call objects, mistral's
+/// `[TOOL_CALLS][…]`), as llama3_json and mistral read it at the end of output:
+/// whether their basic JSON parse, cut JSON not closed, finds calls in it (the
+/// last chunk then says `"content":""`; live-checked: `{A}` and `[TOOL_CALLS][A] }`
+/// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
+/// `None` for other families, or once the guided value closed.
+fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
+    let marker = match family {
+        Some("llama3_json") => "<|python_tag|>",
+        Some("mistral") => "[TOOL_CALLS]",
+        _ => return None,
+    };
+    if guided.closed_at().is_some() {
+        return None;
+    }
+    Some(
+        !basic_whole::parse_whole(guided.text(), marker, false)
+            .calls
+            .is_empty(),
+    )
 }
 
 /// Whole-parse calls as deltas: numbered from 0 in order, each with a new id.
