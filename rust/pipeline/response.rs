@@ -1106,11 +1106,16 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         Some("pythonic") => {
             Some(pythonic_whole::parse_whole(answer).map_or(Vec::new(), |p| p.calls))
         }
-        // Its mistral parse, JSON cut short not closed (live-checked:
-        // `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}` stay text).
-        Some("mistral") => {
-            Some(basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false).calls)
-        }
+        // Its basic JSON parse, JSON cut short not closed (live-checked:
+        // `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}` stay text): every
+        // piece after a `[TOOL_CALLS]` that opens with `[`/`{` is read to its last
+        // `]`/`}` (`[TOOL_CALLS][{A}]```json…]` is no call, the text goes out whole;
+        // `[TOOL_CALLS]f[ARGS]{…}[TOOL_CALLS][{A}, {B}]` is A and B).
+        // Its elements' arguments as written.
+        Some("mistral") => Some(
+            basic_whole::marked_as_written(answer, "[TOOL_CALLS]")
+                .unwrap_or_else(|| basic_whole::parse_whole(answer, "[TOOL_CALLS]", false).calls),
+        ),
         // Its llama3_json parse of the JSON after `<|python_tag|>` (live-checked:
         // `<|python_tag|>{A}{B}` is the call A); without the marker, its basic
         // parse, JSON cut short not closed (`x {A}\n{B}` stays text).
@@ -1201,7 +1206,8 @@ fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
 /// calls is read again whole, as Dynamo's unary aggregator does (live-checked):
 /// hermes by its whole parse (`hi <tool_call>{"name":"get_ti` is the call `get_ti`
 /// with `{}` and the content `hi`), deepseek_v3_1 by its parser, an unclosed
-/// section too, the content the text before the section as written (`hi `). A
+/// section too, the content the text before the section as written (`hi `);
+/// mistral by its jail's parse. A
 /// named choice keeps the text when no call to its tool is read.
 fn reread_unary(
     plan: &ResponsePlan,
@@ -1215,6 +1221,12 @@ fn reread_unary(
         "hermes" if answer.contains("<tool_call>") => {
             let parse = hermes_whole::parse_whole(answer);
             (parse.calls, parse.content)
+        }
+        // mistral by its jail's parse (live-checked: a named choice's
+        // `[TOOL_CALLS][{A}]```json…]`, text in the stream, is the call A).
+        "mistral" => {
+            let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", true);
+            (parse.calls, parse.content.unwrap_or_default())
         }
         "qwen3_coder" => {
             let parsed = family_jail(spec).reread(answer)?;
