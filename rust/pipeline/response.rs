@@ -64,6 +64,11 @@ struct Choice {
     guided: Option<GuidedCalls>,
     /// Calls the end parse of bare guided call objects adds to the finish chunk.
     guided_end_calls: Option<Vec<crate::parsers::CallDelta>>,
+    /// llama3_json under a named choice, after its guided object: an object that
+    /// opens a piece the jail holds nothing of is another call to the named tool.
+    named_objects: bool,
+    /// Such an object is streaming: the call index it takes.
+    next_named: Option<usize>,
     /// Calls the jail released so far (the next release's indexes go on from here).
     calls_released: usize,
     /// The last text the reasoning stage released was reasoning (not answer).
@@ -444,6 +449,8 @@ impl ResponseState {
             had_calls: false,
             held_calls: Vec::new(),
             guided_end_calls: None,
+            named_objects: false,
+            next_named: None,
             jailed: String::new(),
             answered_once: false,
             stepped: false,
@@ -553,7 +560,7 @@ impl ResponseState {
             choice.leading_space = blank;
         }
         if choice.jail.is_some() {
-            return self.emit_jailed(slot, tokens, finish, ending, answered, out);
+            return self.emit_after_guided(slot, tokens, finish, ending, answered, out);
         }
         // The step's answer text went into the forced tool choice's jail.
         let mut held = false;
@@ -592,11 +599,14 @@ impl ResponseState {
                         let spec = self.plan.parsers.as_ref().expect("a tool parser");
                         choice.jail = Some(family_jail(spec).holding_to_end());
                         choice.calls_released = taken;
+                        choice.named_objects =
+                            matches!(&self.plan.tool_choice, ToolChoiceMode::Named(_))
+                                && spec.tool_call.is_some_and(|f| f.name() == "llama3_json");
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         self.logprobs.clear();
                         self.delta.clear();
                         self.delta.content = tail;
-                        return self.emit_jailed(slot, 0, finish, ending, false, out);
+                        return self.emit_after_guided(slot, 0, finish, ending, false, out);
                     }
                     // Bare call objects to the end (hermes): Dynamo also parses the
                     // whole answer and sends the calls at indexes the guided JSON left
@@ -816,6 +826,65 @@ impl ResponseState {
 }
 
 impl ResponseState {
+    /// `emit` for a choice under the tool jail, where (llama3_json, named choice,
+    /// after its guided object) an object that opens a piece while the jail holds
+    /// nothing streams as another call to the named tool, as the guided object did,
+    /// its index the next one (live-checked: `{A};{B} x {C}` is three calls with
+    /// `;` and ` x ` as content; `{A}{"city":"b` streams the cut `B`; an object
+    /// after `<|python_tag|>` is the jail's).
+    fn emit_after_guided(
+        &mut self,
+        slot: usize,
+        tokens: u32,
+        finish: Option<&'static str>,
+        ending: bool,
+        answered: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let choice = &mut self.choices[slot];
+        let jail_free = choice.jail.as_ref().is_some_and(|j| !j.is_holding());
+        // The step that opens such an object sends nothing: its text goes out with
+        // the next step's (live-checked: tokens `{"` + `ci` stream as `{"ci`).
+        let mut opening = false;
+        if choice.named_objects
+            && choice.next_named.is_none()
+            && jail_free
+            && self.delta.content.trim_start().starts_with('{')
+        {
+            choice.next_named = Some(choice.calls_released);
+            let name = match &self.plan.tool_choice {
+                ToolChoiceMode::Named(name) => Some(name.clone()),
+                _ => None,
+            };
+            choice.guided = Some(GuidedCalls::new(name));
+            opening = true;
+        }
+        let (Some(base), Some(guided)) = (choice.next_named, choice.guided.as_mut()) else {
+            return self.emit_jailed(slot, tokens, finish, ending, answered, out);
+        };
+        guided.feed(&std::mem::take(&mut self.delta.content));
+        let closed = guided.closed_at();
+        if self.plan.stream && !(opening && closed.is_none() && !ending) {
+            guided.fragments(ending, &mut self.delta.calls);
+        } else if ending || closed.is_some() {
+            guided.whole(&mut self.delta.calls);
+        }
+        for call in &mut self.delta.calls {
+            call.index += base;
+        }
+        let Some(at) = closed else {
+            return self.emit_guided(slot, tokens, finish, ending, answered, out);
+        };
+        let tail = guided.tail(at).0.to_owned();
+        choice.next_named = None;
+        choice.calls_released = base + 1;
+        self.emit_guided(slot, tokens, None, false, answered, out);
+        self.logprobs.clear();
+        self.delta.clear();
+        self.delta.content = tail;
+        self.emit_after_guided(slot, 0, finish, ending, false, out)
+    }
+
     /// `emit` for a forced tool choice answered with guided JSON (no tool-call parser):
     /// each step's argument fragments go out as their own chunk with `"content":""`,
     /// and the finish reason follows in an empty chunk of its own.
