@@ -950,13 +950,15 @@ impl ResponseState {
             // With a usage chunk to come, the answer the reference still held at
             // the end (guided JSON that never closed) is released after a bare
             // finish chunk, as the jail's end-of-output release is (live-checked,
-            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`).
+            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`), saying
+            // `tool_calls` even when the output was cut by length.
             let delta = ChatDelta {
                 role: std::mem::take(&mut role),
                 ..ChatDelta::default()
             };
+            let called = Some("tool_calls");
             sse::begin_event(out);
-            chunks::write_chat_chunk(out, &env, index, &delta, finish, None, usage);
+            chunks::write_chat_chunk(out, &env, index, &delta, called, None, usage);
             sse::end_event(out);
         }
         if finish.is_some() {
