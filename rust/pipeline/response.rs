@@ -1278,7 +1278,7 @@ fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
 /// hermes by its whole parse (`hi <tool_call>{"name":"get_ti` is the call `get_ti`
 /// with `{}` and the content `hi`), deepseek_v3_1 by its parser, an unclosed
 /// section too, the content the text before the section as written (`hi `);
-/// mistral by its jail's parse. A
+/// mistral by its whole objects after the marker. A
 /// named choice keeps the text when no call to its tool is read.
 fn reread_unary(
     plan: &ResponsePlan,
@@ -1293,10 +1293,11 @@ fn reread_unary(
             let parse = hermes_whole::parse_whole(answer);
             (parse.calls, parse.content)
         }
-        // mistral by its jail's parse (live-checked: a named choice's
-        // `[TOOL_CALLS][{A}]```json…]`, text in the stream, is the call A).
+        // mistral by its whole objects after the first marker, cut JSON not
+        // closed (live-checked: a named choice's `[TOOL_CALLS][{A}]```json…]`,
+        // text in the stream, is the call A; `,{"name":"","arguments":{` stays text).
         "mistral" => {
-            let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", true);
+            let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
             (parse.calls, parse.content.unwrap_or_default())
         }
         "qwen3_coder" => {
