@@ -65,6 +65,11 @@ struct Choice {
     guided: Option<GuidedCalls>,
     /// Calls the end parse of bare guided call objects adds to the finish chunk.
     guided_end_calls: Option<Vec<crate::parsers::CallDelta>>,
+    /// llama3_json under a named choice, after its guided object: an object that
+    /// opens a piece the jail holds nothing of is another call to the named tool.
+    named_objects: bool,
+    /// Such an object is streaming: the call index it takes.
+    next_named: Option<usize>,
     /// Calls the jail released so far (the next release's indexes go on from here).
     calls_released: usize,
     /// The last text the reasoning stage released was reasoning (not answer).
@@ -466,6 +471,8 @@ impl ResponseState {
             had_calls: false,
             held_calls: Vec::new(),
             guided_end_calls: None,
+            named_objects: false,
+            next_named: None,
             jailed: String::new(),
             answered_once: false,
             stepped: false,
@@ -575,7 +582,7 @@ impl ResponseState {
             choice.leading_space = blank;
         }
         if choice.jail.is_some() {
-            return self.emit_jailed(slot, tokens, finish, ending, answered, out);
+            return self.emit_after_guided(slot, tokens, finish, ending, answered, out);
         }
         // The step's answer text went into the forced tool choice's jail.
         let mut held = false;
@@ -614,11 +621,14 @@ impl ResponseState {
                         let spec = self.plan.parsers.as_ref().expect("a tool parser");
                         choice.jail = Some(family_jail(spec).holding_to_end());
                         choice.calls_released = taken;
+                        choice.named_objects =
+                            matches!(&self.plan.tool_choice, ToolChoiceMode::Named(_))
+                                && spec.tool_call.is_some_and(|f| f.name() == "llama3_json");
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         self.logprobs.clear();
                         self.delta.clear();
                         self.delta.content = tail;
-                        return self.emit_jailed(slot, 0, finish, ending, false, out);
+                        return self.emit_after_guided(slot, 0, finish, ending, false, out);
                     }
                     // Bare call objects to the end (hermes): Dynamo also parses the
                     // whole answer and sends the calls at indexes the guided JSON left
@@ -836,6 +846,65 @@ impl ResponseState {
 }
 
 impl ResponseState {
+    /// `emit` for a choice under the tool jail, where (llama3_json, named choice,
+    /// after its guided object) an object that opens a piece while the jail holds
+    /// nothing streams as another call to the named tool, as the guided object did,
+    /// its index the next one (live-checked: `{A};{B} x {C}` is three calls with
+    /// `;` and ` x ` as content; `{A}{"city":"b` streams the cut `B`; an object
+    /// after `<|python_tag|>` is the jail's).
+    fn emit_after_guided(
+        &mut self,
+        slot: usize,
+        tokens: u32,
+        finish: Option<&'static str>,
+        ending: bool,
+        answered: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let choice = &mut self.choices[slot];
+        let jail_free = choice.jail.as_ref().is_some_and(|j| !j.is_holding());
+        // The step that opens such an object sends nothing: its text goes out with
+        // the next step's (live-checked: tokens `{"` + `ci` stream as `{"ci`).
+        let mut opening = false;
+        if choice.named_objects
+            && choice.next_named.is_none()
+            && jail_free
+            && self.delta.content.trim_start().starts_with('{')
+        {
+            choice.next_named = Some(choice.calls_released);
+            let name = match &self.plan.tool_choice {
+                ToolChoiceMode::Named(name) => Some(name.clone()),
+                _ => None,
+            };
+            choice.guided = Some(GuidedCalls::new(name));
+            opening = true;
+        }
+        let (Some(base), Some(guided)) = (choice.next_named, choice.guided.as_mut()) else {
+            return self.emit_jailed(slot, tokens, finish, ending, answered, out);
+        };
+        guided.feed(&std::mem::take(&mut self.delta.content));
+        let closed = guided.closed_at();
+        if self.plan.stream && !(opening && closed.is_none() && !ending) {
+            guided.fragments(ending, &mut self.delta.calls);
+        } else if ending || closed.is_some() {
+            guided.whole(&mut self.delta.calls);
+        }
+        for call in &mut self.delta.calls {
+            call.index += base;
+        }
+        let Some(at) = closed else {
+            return self.emit_guided(slot, tokens, finish, ending, answered, out);
+        };
+        let tail = guided.tail(at).0.to_owned();
+        choice.next_named = None;
+        choice.calls_released = base + 1;
+        self.emit_guided(slot, tokens, None, false, answered, out);
+        self.logprobs.clear();
+        self.delta.clear();
+        self.delta.content = tail;
+        self.emit_after_guided(slot, 0, finish, ending, false, out)
+    }
+
     /// `emit` for a forced tool choice answered with guided JSON (no tool-call parser):
     /// each step's argument fragments go out as their own chunk with `"content":""`,
     /// and the finish reason follows in an empty chunk of its own.
@@ -863,7 +932,15 @@ impl ResponseState {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
         let index = choice.index;
-        let one_bare_call = choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call());
+        let family = self.plan.parsers.as_ref().and_then(|s| s.tool_call);
+        let held_to_end = choice
+            .guided
+            .as_ref()
+            .and_then(|g| held_answer_end(family.map(|f| f.name()), g));
+        let says_empty = match held_to_end {
+            Some(parsed) => parsed,
+            None => choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call()),
+        };
         let reasoning = non_empty(&self.delta.reasoning);
         let has_calls = !self.delta.calls.is_empty();
         let mut role = if has_calls || reasoning.is_some() || finish.is_some() {
@@ -889,10 +966,25 @@ impl ResponseState {
             chunks::write_chat_chunk(out, &env, index, &delta, None, rendered.as_deref(), usage);
             sse::end_event(out);
         }
+        if finish.is_some() && ending && held_to_end.is_some() && self.plan.include_usage {
+            // With a usage chunk to come, the answer the reference still held at
+            // the end (guided JSON that never closed) is released after a bare
+            // finish chunk, as the jail's end-of-output release is (live-checked,
+            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`), saying
+            // `tool_calls` even when the output was cut by length.
+            let delta = ChatDelta {
+                role: std::mem::take(&mut role),
+                ..ChatDelta::default()
+            };
+            let called = Some("tool_calls");
+            sse::begin_event(out);
+            chunks::write_chat_chunk(out, &env, index, &delta, called, None, usage);
+            sse::end_event(out);
+        }
         if finish.is_some() {
             let delta = ChatDelta {
                 role,
-                content: (one_bare_call || end_calls.is_some()).then_some(""),
+                content: (says_empty || end_calls.is_some()).then_some(""),
                 tool_calls: end_calls.as_deref().unwrap_or_default(),
                 ..ChatDelta::default()
             };
@@ -1154,11 +1246,16 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
                     basic_whole::parse_whole(answer, "<|python_start|>", false).calls
                 }),
         ),
-        // Its mistral parse, JSON cut short not closed (live-checked:
-        // `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}` stay text).
-        Some("mistral") => {
-            Some(basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false).calls)
-        }
+        // Its basic JSON parse, JSON cut short not closed (live-checked:
+        // `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}` stay text): every
+        // piece after a `[TOOL_CALLS]` that opens with `[`/`{` is read to its last
+        // `]`/`}` (`[TOOL_CALLS][{A}]```json…]` is no call, the text goes out whole;
+        // `[TOOL_CALLS]f[ARGS]{…}[TOOL_CALLS][{A}, {B}]` is A and B).
+        // Its elements' arguments as written.
+        Some("mistral") => Some(
+            basic_whole::marked_as_written(answer, "[TOOL_CALLS]")
+                .unwrap_or_else(|| basic_whole::parse_whole(answer, "[TOOL_CALLS]", false).calls),
+        ),
         // Its llama3_json parse of the JSON after `<|python_tag|>` (live-checked:
         // `<|python_tag|>{A}{B}` is the call A); without the marker, its basic
         // parse, JSON cut short not closed (`x {A}\n{B}` stays text).
@@ -1265,7 +1362,8 @@ fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
 /// calls is read again whole, as Dynamo's unary aggregator does (live-checked):
 /// hermes by its whole parse (`hi <tool_call>{"name":"get_ti` is the call `get_ti`
 /// with `{}` and the content `hi`), deepseek_v3_1 by its parser, an unclosed
-/// section too, the content the text before the section as written (`hi `). A
+/// section too, the content the text before the section as written (`hi `);
+/// mistral by its whole objects after the marker. A
 /// named choice keeps the text when no call to its tool is read.
 fn reread_unary(
     plan: &ResponsePlan,
@@ -1277,6 +1375,13 @@ fn reread_unary(
         // Only an answer with a `<tool_call>` block: bare JSON cut short stays text
         // (live-checked: `{"name":"get_ti` under `required`).
         "hermes" => reread_hermes(answer)?,
+        // mistral by its whole objects after the first marker, cut JSON not
+        // closed (live-checked: a named choice's `[TOOL_CALLS][{A}]```json…]`,
+        // text in the stream, is the call A; `,{"name":"","arguments":{` stays text).
+        "mistral" => {
+            let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
+            (parse.calls, parse.content.unwrap_or_default())
+        }
         "qwen3_coder" => {
             let parsed = family_jail(spec).reread(answer)?;
             let calls = parsed.calls.into_iter();
@@ -1348,6 +1453,28 @@ fn free_index_calls(
     };
     let calls = numbered_calls(parse.calls);
     Some(calls.into_iter().filter(|c| !taken(c.index)).collect())
+}
+
+/// A forced choice's guided answer that never closed (bare call objects, mistral's
+/// `[TOOL_CALLS][…]`), as llama3_json and mistral read it at the end of output:
+/// whether their basic JSON parse, cut JSON not closed, finds calls in it (the
+/// last chunk then says `"content":""`; live-checked: `{A}` and `[TOOL_CALLS][A] }`
+/// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
+/// `None` for other families, or once the guided value closed.
+fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
+    let marker = match family {
+        Some("llama3_json") => "<|python_tag|>",
+        Some("mistral") => "[TOOL_CALLS]",
+        _ => return None,
+    };
+    if guided.closed_at().is_some() {
+        return None;
+    }
+    Some(
+        !basic_whole::parse_whole(guided.text(), marker, false)
+            .calls
+            .is_empty(),
+    )
 }
 
 /// Whole-parse calls as deltas: numbered from 0 in order, each with a new id.

@@ -256,6 +256,23 @@ fn mistral_calls(json: &str) -> Option<Vec<(String, String)>> {
     }
 }
 
+/// The calls in a forced tool choice's held answer with `marker` in it, as
+/// Dynamo's mistral reads it at the end of output (live-checked): every piece
+/// around a marker that opens with `{` (`[`) is read to its last `}` (`]`), a
+/// list's elements and all arguments as written. `None` without the marker.
+pub fn marked_as_written(text: &str, marker: &str) -> Option<Vec<(String, String)>> {
+    text.find(marker)?;
+    let mut calls = Vec::new();
+    for json in text.split(marker).filter_map(cut_json_piece) {
+        if json.starts_with('[') {
+            calls.extend(list_calls(json).unwrap_or_default());
+        } else {
+            calls.extend(call(json));
+        }
+    }
+    Some(calls)
+}
+
 /// The whole elements at the start of a list's insides, up to the first that is not.
 fn whole_elements(mut rest: &str) -> Vec<&str> {
     let mut found = Vec::new();
@@ -492,6 +509,25 @@ mod tests {
         assert_eq!(read(&format!("{TAG}{a}{b}")), Some(one("a", "{}")));
         assert_eq!(read(&format!("{TAG}{a} x; {b}")), Some(one("a", "{}")));
         assert_eq!(read(&format!("{TAG}x; {b}")), Some(vec![]));
+        assert_eq!(read(a), None);
+    }
+
+    #[test]
+    fn held_answer_pieces_are_read_to_their_last_bracket_as_written() {
+        let (a, b) = (
+            r#"{"name":"a","arguments":{"x": 1}}"#,
+            r#"{"name":"b","arguments":{}}"#,
+        );
+        let read = |text: &str| marked_as_written(text, "[TOOL_CALLS]");
+        assert_eq!(
+            read(&format!("[TOOL_CALLS]f[ARGS]{{}}[TOOL_CALLS][{a}, {b}]")),
+            Some([one("a", r#"{"x": 1}"#), one("b", "{}")].concat())
+        );
+        assert_eq!(read(&format!("[TOOL_CALLS][{a}] x]")), Some(vec![]));
+        assert_eq!(
+            read(&format!("[TOOL_CALLS][{a}] x[")).map(|c| c.len()),
+            Some(1)
+        );
         assert_eq!(read(a), None);
     }
 
