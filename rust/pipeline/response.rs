@@ -1462,19 +1462,19 @@ fn free_index_calls(
 /// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
 /// `None` for other families, or once the guided value closed.
 fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
-    let marker = match family {
-        Some("llama3_json") => "<|python_tag|>",
-        Some("mistral") => "[TOOL_CALLS]",
-        _ => return None,
-    };
     if guided.closed_at().is_some() {
         return None;
     }
-    Some(
-        !basic_whole::parse_whole(guided.text(), marker, false)
-            .calls
-            .is_empty(),
-    )
+    let text = guided.text();
+    let calls = match family {
+        Some("llama3_json") => basic_whole::parse_whole(text, "<|python_tag|>", false).calls,
+        // Each piece after a marker read to its last bracket (`[TOOL_CALLS][A]]`
+        // is no call), as its held answer is read.
+        Some("mistral") => basic_whole::marked_as_written(text, "[TOOL_CALLS]")
+            .unwrap_or_else(|| basic_whole::parse_whole(text, "[TOOL_CALLS]", false).calls),
+        _ => return None,
+    };
+    Some(!calls.is_empty())
 }
 
 /// Whole-parse calls as deltas: numbered from 0 in order, each with a new id.
