@@ -615,6 +615,40 @@ impl ResponseState {
                         guided.whole(&mut self.delta.calls);
                     }
                     let called = called || !self.delta.calls.is_empty();
+                    let list_without_calls = closed.filter(|&at| {
+                        !called
+                            && self.plan.stream
+                            && self.plan.tool_choice == ToolChoiceMode::Required
+                            && is_filled_list(&guided.text()[..at])
+                    });
+                    if let Some(at) = list_without_calls {
+                        // A `required` list with no call in it (`[1]`, `[{"a":1}]`;
+                        // `[]` is held to the end): Dynamo sends it as content once it
+                        // closed, the rest streams as after guided calls, the finish
+                        // reason in a chunk of its own (live-checked, every fuzzed
+                        // family).
+                        let json = guided.text()[..at].to_owned();
+                        let tail = guided.tail(at).0.to_owned();
+                        let spec = self.plan.parsers.as_ref().expect("a tool parser");
+                        choice.jail = Some(family_jail(spec).holding_to_end());
+                        choice.guided = None;
+                        let role = std::mem::take(&mut choice.first);
+                        let index = choice.index;
+                        let delta = ChatDelta {
+                            content: Some(&json),
+                            tool_calls: &[],
+                            role,
+                            reasoning: None,
+                        };
+                        let env = self.envelope();
+                        sse::begin_event(out);
+                        chunks::write_chat_chunk(out, &env, index, &delta, None, None, None);
+                        sse::end_event(out);
+                        self.logprobs.clear();
+                        self.delta.clear();
+                        self.delta.content = tail;
+                        return self.emit_after_guided(slot, 0, finish, ending, false, out);
+                    }
                     if let Some(at) = closed.filter(|_| called) {
                         let (tail, taken) = guided.tail(at);
                         let tail = tail.to_owned();
@@ -1475,6 +1509,12 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         _ => return None,
     };
     Some(!calls.is_empty())
+}
+
+/// Whether `json` is a list with something in it (`[1]`, not `[]`).
+fn is_filled_list(json: &str) -> bool {
+    serde_json::from_str::<Vec<&serde_json::value::RawValue>>(json)
+        .is_ok_and(|items| !items.is_empty())
 }
 
 /// Whole-parse calls as deltas: numbered from 0 in order, each with a new id.
