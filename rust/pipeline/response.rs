@@ -290,18 +290,7 @@ impl ResponseState {
                     // `ok {"name":"f","parameters":{"a": "` + `</tool_call>` + `"}}`
                     // streams as text, the unary answer is the call, content `ok`).
                     if let Some((calls, content)) = reread_hermes(&choice.content) {
-                        choice.content = content;
-                        choice.calls = calls
-                            .into_iter()
-                            .map(|(name, arguments)| WholeCall {
-                                id: new_call_id(),
-                                name,
-                                arguments,
-                            })
-                            .collect();
-                        if choice.finish_reason == Some("stop") {
-                            choice.finish_reason = Some("tool_calls");
-                        }
+                        answer_with_calls(choice, content, calls);
                     }
                     continue;
                 }
@@ -311,19 +300,7 @@ impl ResponseState {
                     // around JSON cut inside a string is closed and read).
                     let parse = default_whole::parse_whole(&choice.content, Reading::End);
                     if !parse.calls.is_empty() {
-                        choice.content = parse.content;
-                        choice.calls = parse
-                            .calls
-                            .into_iter()
-                            .map(|(name, arguments)| WholeCall {
-                                id: new_call_id(),
-                                name,
-                                arguments,
-                            })
-                            .collect();
-                        if choice.finish_reason == Some("stop") {
-                            choice.finish_reason = Some("tool_calls");
-                        }
+                        answer_with_calls(choice, parse.content, parse.calls);
                         continue;
                     }
                 }
@@ -877,9 +854,7 @@ impl ResponseState {
         }
         sse::end_event(out);
     }
-}
 
-impl ResponseState {
     /// `emit` for a choice under the tool jail, where (llama3_json, named choice,
     /// after its guided object) an object that opens a piece while the jail holds
     /// nothing streams as another call to the named tool, as the guided object did,
@@ -1509,6 +1484,23 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         _ => return None,
     };
     Some(!calls.is_empty())
+}
+
+/// A unary answer read again whole: its content and calls (new ids); a model
+/// that stopped by itself then finished with `tool_calls`.
+fn answer_with_calls(choice: &mut Choice, content: String, calls: Vec<(String, String)>) {
+    choice.content = content;
+    choice.calls = calls
+        .into_iter()
+        .map(|(name, arguments)| WholeCall {
+            id: new_call_id(),
+            name,
+            arguments,
+        })
+        .collect();
+    if choice.finish_reason == Some("stop") {
+        choice.finish_reason = Some("tool_calls");
+    }
 }
 
 /// Whether `json` is a list with something in it (`[1]`, not `[]`).
