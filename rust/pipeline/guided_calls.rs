@@ -234,15 +234,19 @@ fn elements(text: &str, call_depth: usize) -> Vec<Span> {
                 if depth == call_depth {
                     let value: Option<String> = serde_json::from_str(&text[i..end]).ok();
                     if expect_key {
-                        // A key needs its `:` (`{"name""",…` is no call: the
-                        // answer is text; live-checked).
-                        match text[end..].trim_start().bytes().next() {
-                            Some(b':') => {}
-                            Some(_) => {
+                        // A key needs its `:` and a value that starts like JSON
+                        // (`{"name""",…` and `{"name":"","parameters":e""{}` are no
+                        // call: the answer is text; live-checked).
+                        let after = text[end..].trim_start();
+                        let starts = after.strip_prefix(':').map(|v| starts_json(v.trim_start()));
+                        match starts {
+                            Some(Some(true)) => {}
+                            Some(None) => break,
+                            None if after.is_empty() => break,
+                            _ => {
                                 spans.pop();
                                 break;
                             }
-                            None => break,
                         }
                         key = value;
                         expect_key = false;
@@ -297,6 +301,30 @@ fn elements(text: &str, call_depth: usize) -> Vec<Span> {
     spans
 }
 
+/// Whether `text` starts like a JSON value (`None`: too little of it yet): a
+/// string, object, array or number, or a literal as far as it goes (`fa`, not `fl`).
+fn starts_json(text: &str) -> Option<bool> {
+    let literal = match text.bytes().next()? {
+        b'"' | b'{' | b'[' | b'-' | b'0'..=b'9' => return Some(true),
+        b't' => "true",
+        b'f' => "false",
+        b'n' => "null",
+        _ => return Some(false),
+    };
+    let word = text.len()
+        - text
+            .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+            .len();
+    let word = &text[..word];
+    if !literal.starts_with(word) {
+        Some(false)
+    } else if word.len() < literal.len() && word.len() == text.len() {
+        None
+    } else {
+        Some(word.len() == literal.len())
+    }
+}
+
 /// The end (exclusive) of the string literal opening at `start`, once it closed.
 fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
     let mut escaped = false;
@@ -314,6 +342,19 @@ fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_start_like_json_or_wait() {
+        for text in [r#""a"#, "{", "[", "-", "7", "true", "false}", "null,"] {
+            assert_eq!(starts_json(text), Some(true), "{text}");
+        }
+        for text in ["e\"\"{}", "fl{", "tru}", "truex", "x"] {
+            assert_eq!(starts_json(text), Some(false), "{text}");
+        }
+        for text in ["", "f", "fa", "nul"] {
+            assert_eq!(starts_json(text), None, "{text}");
+        }
+    }
 
     #[test]
     fn required_array_yields_each_element_arguments() {
