@@ -64,7 +64,7 @@ struct Choice {
     /// A forced tool choice: the guided JSON answer.
     guided: Option<GuidedCalls>,
     /// Calls the end parse of bare guided call objects adds to the finish chunk.
-    guided_end_calls: Option<Vec<crate::parsers::CallDelta>>,
+    guided_end_calls: Option<Vec<CallDelta>>,
     /// llama3_json under a named choice, after its guided object: an object that
     /// opens a piece the jail holds nothing of is another call to the named tool.
     named_objects: bool,
@@ -621,10 +621,7 @@ impl ResponseState {
                         sse::begin_event(out);
                         chunks::write_chat_chunk(out, &env, index, &delta, None, None, None);
                         sse::end_event(out);
-                        self.logprobs.clear();
-                        self.delta.clear();
-                        self.delta.content = tail;
-                        return self.emit_after_guided(slot, 0, finish, ending, false, out);
+                        return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
                     if let Some(at) = closed.filter(|_| called) {
                         let (tail, taken) = guided.tail(at);
@@ -636,10 +633,7 @@ impl ResponseState {
                             matches!(&self.plan.tool_choice, ToolChoiceMode::Named(_))
                                 && spec.tool_call.is_some_and(|f| f.name() == "llama3_json");
                         self.emit_guided(slot, tokens, None, false, answered, out);
-                        self.logprobs.clear();
-                        self.delta.clear();
-                        self.delta.content = tail;
-                        return self.emit_after_guided(slot, 0, finish, ending, false, out);
+                        return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
                     // Bare call objects to the end (hermes): Dynamo also parses the
                     // whole answer and sends the calls at indexes the guided JSON left
@@ -908,6 +902,18 @@ impl ResponseState {
         choice.next_named = None;
         choice.calls_released = base + 1;
         self.emit_guided(slot, tokens, None, false, answered, out);
+        self.emit_tail_after_guided(slot, tail, finish, ending, out)
+    }
+
+    /// The text after a closed guided value, as a step of its own under the jail.
+    fn emit_tail_after_guided(
+        &mut self,
+        slot: usize,
+        tail: String,
+        finish: Option<&'static str>,
+        ending: bool,
+        out: &mut Vec<u8>,
+    ) {
         self.logprobs.clear();
         self.delta.clear();
         self.delta.content = tail;
@@ -1255,16 +1261,10 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
                     basic_whole::parse_whole(answer, "<|python_start|>", false).calls
                 }),
         ),
-        // Its basic JSON parse, JSON cut short not closed (live-checked:
-        // `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}` stay text): every
-        // piece after a `[TOOL_CALLS]` that opens with `[`/`{` is read to its last
-        // `]`/`}` (`[TOOL_CALLS][{A}]```json…]` is no call, the text goes out whole;
-        // `[TOOL_CALLS]f[ARGS]{…}[TOOL_CALLS][{A}, {B}]` is A and B).
-        // Its elements' arguments as written.
-        Some("mistral") => Some(
-            basic_whole::marked_as_written(answer, "[TOOL_CALLS]")
-                .unwrap_or_else(|| basic_whole::parse_whole(answer, "[TOOL_CALLS]", false).calls),
-        ),
+        // Live-checked: `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}`
+        // stay text, `[TOOL_CALLS][{A}]```json…]` is no call (the text goes out
+        // whole), `[TOOL_CALLS]f[ARGS]{…}[TOOL_CALLS][{A}, {B}]` is A and B.
+        Some("mistral") => Some(mistral_held_calls(answer)),
         // Its llama3_json parse of the JSON after `<|python_tag|>` (live-checked:
         // `<|python_tag|>{A}{B}` is the call A); without the marker, its basic
         // parse, JSON cut short not closed (`x {A}\n{B}` stays text).
@@ -1479,11 +1479,18 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         Some("llama3_json") => basic_whole::parse_whole(text, "<|python_tag|>", false).calls,
         // Each piece after a marker read to its last bracket (`[TOOL_CALLS][A]]`
         // is no call), as its held answer is read.
-        Some("mistral") => basic_whole::marked_as_written(text, "[TOOL_CALLS]")
-            .unwrap_or_else(|| basic_whole::parse_whole(text, "[TOOL_CALLS]", false).calls),
+        Some("mistral") => mistral_held_calls(text),
         _ => return None,
     };
     Some(!calls.is_empty())
+}
+
+/// mistral's reading of a forced choice's held answer: each piece after a
+/// `[TOOL_CALLS]` that opens with `[`/`{` read to its last `]`/`}`, arguments
+/// as written; without the marker, its basic JSON parse, cut JSON not closed.
+fn mistral_held_calls(answer: &str) -> Vec<(String, String)> {
+    basic_whole::marked_as_written(answer, "[TOOL_CALLS]")
+        .unwrap_or_else(|| basic_whole::parse_whole(answer, "[TOOL_CALLS]", false).calls)
 }
 
 /// A unary answer read again whole: its content and calls (new ids); a model
