@@ -1,14 +1,19 @@
 //! A forced `tool_choice` with no tool-call parser: the engine decoded guided JSON
 //! (`[{"name", "parameters"}, ...]` for `required`, the arguments object for a named
 //! tool), and Dynamo 1.6.1 turns that JSON into calls. Streaming, each call's
-//! arguments go out as their raw text grows; in an array the brace that closes them
-//! waits until their element closes too. An answer that does not open with the JSON
-//! is plain text.
+//! arguments go out as their raw text grows. An answer that does not open with the
+//! JSON is plain text.
 //!
-//! Live-checked beyond the guided shape: an element's arguments are its `parameters`
-//! or its `arguments` object (a string value is no call), and a `required` answer
-//! that is call objects without the array (`{"name", "arguments"}`, one or several)
-//! streams the same way.
+//! Dynamo's guided streaming is a forward scan over the answer as it grows (facts
+//! from its `guided_stream` lexer, live-checked): a call object's keys are read at
+//! its depth, each waiting for its `:` (a string in that place is skipped, so
+//! `{"name":"","parameters""ge":{` still opens the arguments); a call goes out once
+//! its string `name` is known and its `parameters`/`arguments` value opened with
+//! `{`; its bytes go out up to the object's closing `}` at each step, the element
+//! around it need not close. An element whose name or arguments take another kind
+//! of value (`"parameters":e`), or that names both spellings, never goes out, but
+//! keeps its index. A `required` answer that is call objects without the array
+//! (`{"name", "arguments"}`, one or several) streams the same way.
 
 use crate::parsers::dialect::Dialect;
 use crate::parsers::CallDelta;
@@ -21,15 +26,304 @@ pub enum Shape {
     Text,
 }
 
-/// One call found in the JSON text so far.
+/// One call the scan let out: its arguments are `text[start..bound]` so far.
+#[derive(Debug, Clone)]
+struct Call {
+    name: String,
+    start: usize,
+    bound: usize,
+}
+
+/// Where the scan sits in a call object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Key,
+    Colon,
+    Value,
+}
+
+/// The element (call object) being read.
 #[derive(Debug, Default)]
-struct Span {
+struct Element {
     name: Option<String>,
-    /// Byte range of the arguments object in the text; `end` once it closed.
-    start: Option<usize>,
-    end: Option<usize>,
-    /// The call's whole JSON (its array element, or the named arguments) closed.
-    closed: bool,
+    args_start: Option<usize>,
+    args_end: Option<usize>,
+    in_args: bool,
+    alias_seen: bool,
+    /// Never a call, and no more bytes once it was one.
+    blocked: bool,
+    committed: bool,
+}
+
+/// The forward scan of one answer (Dynamo's guided streaming, as its facts go).
+#[derive(Debug)]
+struct Scan {
+    /// The named tool: the answer is its arguments object.
+    named: Option<String>,
+    scanned: usize,
+    depth: i32,
+    in_string: bool,
+    escape: bool,
+    /// Where a string the scan reads (a key, or the `name` value) opened.
+    literal_start: Option<usize>,
+    /// Depth of a call object's keys: 2 in an array, 1 for bare objects.
+    key_depth: i32,
+    root_seen: bool,
+    disabled: bool,
+    slot: Slot,
+    key: Option<String>,
+    element: Element,
+    /// The element's index: every element takes one, call or not.
+    index: usize,
+    /// The current element opened (so it takes an index).
+    opened: bool,
+    calls: Vec<Option<Call>>,
+}
+
+impl Scan {
+    fn new(named: Option<String>) -> Self {
+        Self {
+            named,
+            scanned: 0,
+            depth: 0,
+            in_string: false,
+            escape: false,
+            literal_start: None,
+            key_depth: 1,
+            root_seen: false,
+            disabled: false,
+            slot: Slot::Key,
+            key: None,
+            element: Element::default(),
+            index: 0,
+            opened: false,
+            calls: Vec::new(),
+        }
+    }
+
+    /// Scan the text added since the last step.
+    fn advance(&mut self, text: &str) {
+        if self.disabled || text.len() <= self.scanned {
+            return;
+        }
+        let mut cut = self.scanned;
+        for (relative, ch) in text[self.scanned..].char_indices() {
+            let at = self.scanned + relative;
+            cut = at + ch.len_utf8();
+            if self.named.is_some() {
+                self.step_named(at, ch);
+            } else {
+                self.step_required(text, at, cut, ch);
+            }
+            if self.disabled {
+                break;
+            }
+        }
+        self.scanned = cut;
+        self.commit();
+        self.flush(cut);
+    }
+
+    /// One character of a named choice's arguments object (only whitespace before it).
+    fn step_named(&mut self, at: usize, ch: char) {
+        if !self.root_seen {
+            if ch == '{' {
+                self.root_seen = true;
+                self.depth = 1;
+                self.element.args_start = Some(at);
+            } else if !ch.is_whitespace() {
+                self.disabled = true;
+            }
+            return;
+        }
+        if self.element.args_end.is_some() {
+            return;
+        }
+        if self.in_string {
+            match ch {
+                _ if self.escape => self.escape = false,
+                '\\' => self.escape = true,
+                '"' => self.in_string = false,
+                _ => {}
+            }
+            return;
+        }
+        match ch {
+            '"' => self.in_string = true,
+            '{' | '[' => self.depth += 1,
+            '}' | ']' => {
+                self.depth -= 1;
+                if self.depth == 0 {
+                    self.element.args_end = Some(at + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// One character of a `required` answer.
+    fn step_required(&mut self, text: &str, at: usize, cut: usize, ch: char) {
+        if self.in_string {
+            match ch {
+                _ if self.escape => self.escape = false,
+                '\\' => self.escape = true,
+                '"' => {
+                    self.in_string = false;
+                    self.close_literal(text, at);
+                }
+                _ => {}
+            }
+            return;
+        }
+        let at_keys = self.depth == self.key_depth;
+        let alias = matches!(self.key.as_deref(), Some("parameters" | "arguments"));
+        let name_key = self.key.as_deref() == Some("name");
+        match ch {
+            '"' => {
+                if !self.root_seen {
+                    self.disabled = true;
+                    return;
+                }
+                self.in_string = true;
+                let wanted = at_keys
+                    && match self.slot {
+                        Slot::Key => true,
+                        Slot::Value => name_key,
+                        Slot::Colon => false,
+                    };
+                self.literal_start = wanted.then_some(at);
+            }
+            '{' | '[' => {
+                if !self.root_seen {
+                    self.root_seen = true;
+                    self.key_depth = if ch == '[' { 2 } else { 1 };
+                }
+                let at_keys = self.depth == self.key_depth;
+                let opens_args = ch == '{' && at_keys && self.slot == Slot::Value && alias;
+                let opens_element = ch == '{' && self.depth == self.key_depth - 1;
+                let name_not_string = at_keys && self.slot == Slot::Value && name_key;
+                self.depth += 1;
+                if opens_args {
+                    if self.element.args_start.is_some() {
+                        self.element.blocked = true;
+                    } else {
+                        self.element.args_start = Some(at);
+                        self.element.in_args = true;
+                    }
+                } else if opens_element {
+                    self.slot = Slot::Key;
+                    self.key = None;
+                    self.opened = true;
+                } else if name_not_string {
+                    self.element.blocked = true;
+                }
+                self.commit();
+            }
+            '}' | ']' => {
+                let closes_args =
+                    ch == '}' && self.element.in_args && self.depth == self.key_depth + 1;
+                let closes_element = ch == '}' && at_keys;
+                self.depth -= 1;
+                if closes_args {
+                    self.element.args_end = Some(at + 1);
+                    self.element.in_args = false;
+                    self.commit();
+                    self.flush(cut);
+                } else if closes_element {
+                    self.commit();
+                    self.flush(cut);
+                    self.index += 1;
+                    self.element = Element::default();
+                    self.slot = Slot::Key;
+                    self.key = None;
+                    self.opened = false;
+                }
+            }
+            ':' if at_keys && self.slot == Slot::Colon => self.slot = Slot::Value,
+            ',' if at_keys => {
+                self.slot = Slot::Key;
+                self.key = None;
+            }
+            _ if ch.is_whitespace() => {}
+            _ => {
+                if !self.root_seen {
+                    self.disabled = true;
+                } else if at_keys && self.slot == Slot::Value && (alias || name_key) {
+                    // A literal (`null`, `7`, or no JSON at all) as the name or the
+                    // arguments: this element is no call.
+                    self.element.blocked = true;
+                }
+            }
+        }
+    }
+
+    /// A string the scan reads closed at `end`: a key, or the call's name.
+    fn close_literal(&mut self, text: &str, end: usize) {
+        let Some(start) = self.literal_start.take() else {
+            return;
+        };
+        // A string that does not decode is skipped (the slot stays).
+        let Ok(literal) = serde_json::from_str::<String>(&text[start..=end]) else {
+            return;
+        };
+        match self.slot {
+            Slot::Key => {
+                if matches!(literal.as_str(), "parameters" | "arguments") {
+                    // Both spellings in one element: no call (no more bytes).
+                    self.element.blocked |= self.element.alias_seen;
+                    self.element.alias_seen = true;
+                }
+                self.key = Some(literal);
+                self.slot = Slot::Colon;
+            }
+            Slot::Value if self.key.as_deref() == Some("name") => {
+                self.element.name = Some(literal);
+            }
+            _ => {}
+        }
+    }
+
+    /// The element becomes a call once its name is known and its arguments opened.
+    fn commit(&mut self) {
+        let element = &mut self.element;
+        if element.committed || element.blocked {
+            return;
+        }
+        let Some(start) = element.args_start else {
+            return;
+        };
+        let Some(name) = self.named.clone().or_else(|| element.name.clone()) else {
+            return;
+        };
+        element.committed = true;
+        if self.calls.len() <= self.index {
+            self.calls.resize(self.index + 1, None);
+        }
+        self.calls[self.index] = Some(Call {
+            name,
+            start,
+            bound: start,
+        });
+    }
+
+    /// The call's arguments may go out up to `cut`, never past their closing `}`.
+    fn flush(&mut self, cut: usize) {
+        if !self.element.committed || self.element.blocked {
+            return;
+        }
+        let bound = self.element.args_end.unwrap_or(cut).min(cut);
+        if let Some(Some(call)) = self.calls.get_mut(self.index) {
+            call.bound = call.bound.max(bound);
+        }
+    }
+
+    /// How many indexes the elements took so far (a named choice's object: one).
+    fn taken(&self) -> usize {
+        if self.named.is_some() {
+            return 1;
+        }
+        self.index + usize::from(self.opened)
+    }
 }
 
 /// The guided-JSON answer of one choice.
@@ -38,14 +332,15 @@ pub struct GuidedCalls {
     named: Option<String>,
     text: String,
     shape: Shape,
-    /// Per call index: its id and how many bytes of its arguments went out (`None`
-    /// for an element that is no call: its index stays taken).
+    scan: Scan,
+    /// Per call index: its id and how many bytes of its arguments went out.
     sent: Vec<Option<(String, usize)>>,
 }
 
 impl GuidedCalls {
     pub fn new(named: Option<String>) -> Self {
         Self {
+            scan: Scan::new(named.clone()),
             named,
             text: String::new(),
             shape: Shape::Undecided,
@@ -65,6 +360,9 @@ impl GuidedCalls {
                 Some(_) => Shape::Text,
             };
         }
+        if self.shape == Shape::Json {
+            self.scan.advance(&self.text);
+        }
         self.shape
     }
 
@@ -74,34 +372,29 @@ impl GuidedCalls {
     }
 
     /// The arguments' new fragments since the last call (streaming).
-    pub fn fragments(&mut self, ending: bool, out: &mut Vec<CallDelta>) {
-        for (index, span) in self.spans().into_iter().enumerate() {
-            let (Some(start), Some(name)) = (span.start, span.name) else {
+    pub fn fragments(&mut self, out: &mut Vec<CallDelta>) {
+        for (index, call) in self.scan.calls.iter().enumerate() {
+            let Some(call) = call else {
                 continue;
             };
-            let mut end = span.end.unwrap_or(self.text.len());
-            if span.end.is_some() && !span.closed && !ending {
-                end -= 1;
-            }
             if self.sent.len() <= index {
                 self.sent.resize(index + 1, None);
             }
             let first = self.sent[index].is_none();
             let (id, done) =
-                self.sent[index].get_or_insert_with(|| (Dialect::Dynamo.new_call_id(), start));
-            if end <= *done && !first {
+                self.sent[index].get_or_insert_with(|| (Dialect::Dynamo.new_call_id(), call.start));
+            if call.bound <= *done && !first {
                 continue;
             }
             out.push(CallDelta {
                 index,
                 id: first.then(|| id.clone()),
-                name: first.then_some(name),
-                arguments: self.text[*done..end].to_owned(),
+                name: first.then(|| call.name.clone()),
+                arguments: self.text[*done..call.bound].to_owned(),
             });
-            *done = end;
+            *done = call.bound;
         }
     }
-
     /// A call's first fragment went out (streaming).
     pub fn released_any(&self) -> bool {
         self.sent.iter().any(Option::is_some)
@@ -133,7 +426,7 @@ impl GuidedCalls {
 
     /// The text after `closed_at`, and how many call indexes the JSON took.
     pub fn tail(&self, at: usize) -> (&str, usize) {
-        (&self.text[at..], self.spans().len())
+        (&self.text[at..], self.scan.taken())
     }
 
     /// A `required` answer that is exactly one whole call object, no array around it
@@ -149,38 +442,17 @@ impl GuidedCalls {
 
     /// Every call whole (unary).
     pub fn whole(&self, out: &mut Vec<CallDelta>) {
-        for (index, span) in self.spans().into_iter().enumerate() {
-            let (Some(start), Some(name)) = (span.start, span.name) else {
+        for (index, call) in self.scan.calls.iter().enumerate() {
+            let Some(call) = call else {
                 continue;
             };
             out.push(CallDelta {
                 index,
                 id: Some(Dialect::Dynamo.new_call_id()),
-                name: Some(name),
-                arguments: self.text[start..span.end.unwrap_or(self.text.len())].to_owned(),
+                name: Some(call.name.clone()),
+                arguments: self.text[call.start..call.bound].to_owned(),
             });
         }
-    }
-
-    /// The calls in the text so far.
-    fn spans(&self) -> Vec<Span> {
-        if let Some(name) = &self.named {
-            let start = self.text.find('{');
-            let end = start.and_then(|s| closing(&self.text, s));
-            return vec![Span {
-                name: Some(name.clone()),
-                start,
-                end,
-                closed: end.is_some(),
-            }];
-        }
-        // Call objects without the array are read as its elements.
-        let call_depth = if self.text.trim_start().starts_with('{') {
-            1
-        } else {
-            2
-        };
-        elements(&self.text, call_depth)
     }
 }
 
@@ -214,189 +486,63 @@ fn closing(text: &str, start: usize) -> Option<usize> {
     None
 }
 
-/// The `{"name", "parameters" | "arguments"}` calls of a `required` answer, as far as
-/// it goes: the elements of an array (call objects at depth 2), or bare call objects
-/// one after another (depth 1).
-fn elements(text: &str, call_depth: usize) -> Vec<Span> {
-    let bytes = text.as_bytes();
-    let mut spans = Vec::new();
-    let mut depth = 0usize;
-    let mut key: Option<String> = None;
-    let mut expect_key = false;
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        match b {
-            b'"' => {
-                let Some(end) = string_end(bytes, i) else {
-                    break;
-                };
-                if depth == call_depth {
-                    let value: Option<String> = serde_json::from_str(&text[i..end]).ok();
-                    if expect_key {
-                        // A key needs its `:` and a value that starts like JSON
-                        // (`{"name""",…` and `{"name":"","parameters":e""{}` are no
-                        // call: the answer is text; live-checked).
-                        let after = text[end..].trim_start();
-                        let starts = after.strip_prefix(':').map(|v| starts_json(v.trim_start()));
-                        match starts {
-                            Some(Some(true)) => {}
-                            Some(None) => break,
-                            None if after.is_empty() => break,
-                            _ => {
-                                spans.pop();
-                                break;
-                            }
-                        }
-                        key = value;
-                        expect_key = false;
-                    } else if key.as_deref() == Some("name") {
-                        if let Some(span) = spans.last_mut() {
-                            let span: &mut Span = span;
-                            span.name = value;
-                        }
-                    }
-                }
-                i = end;
-                continue;
-            }
-            b'{' | b'[' if depth == call_depth => {
-                let is_args =
-                    b == b'{' && matches!(key.as_deref(), Some("parameters" | "arguments"));
-                let end = closing(text, i);
-                if is_args {
-                    if let Some(span) = spans.last_mut() {
-                        span.start = Some(i);
-                        span.end = end;
-                    }
-                }
-                match end {
-                    Some(end) => {
-                        i = end;
-                        continue;
-                    }
-                    None => break,
-                }
-            }
-            b'{' | b'[' => {
-                depth += 1;
-                if depth == call_depth {
-                    spans.push(Span::default());
-                    expect_key = true;
-                }
-            }
-            b'}' | b']' => {
-                if depth == call_depth {
-                    if let Some(span) = spans.last_mut() {
-                        span.closed = true;
-                    }
-                }
-                depth = depth.saturating_sub(1);
-            }
-            b',' if depth == call_depth => expect_key = true,
-            _ => {}
-        }
-        i += 1;
-    }
-    spans
-}
-
-/// Whether `text` starts like a JSON value (`None`: too little of it yet): a
-/// string, object, array or number, or a literal as far as it goes (`fa`, not `fl`).
-fn starts_json(text: &str) -> Option<bool> {
-    let literal = match text.bytes().next()? {
-        b'"' | b'{' | b'[' | b'-' | b'0'..=b'9' => return Some(true),
-        b't' => "true",
-        b'f' => "false",
-        b'n' => "null",
-        _ => return Some(false),
-    };
-    let word = text.len()
-        - text
-            .trim_start_matches(|c: char| c.is_ascii_alphabetic())
-            .len();
-    let word = &text[..word];
-    if !literal.starts_with(word) {
-        Some(false)
-    } else if word.len() < literal.len() && word.len() == text.len() {
-        None
-    } else {
-        Some(word.len() == literal.len())
-    }
-}
-
-/// The end (exclusive) of the string literal opening at `start`, once it closed.
-fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
-    let mut escaped = false;
-    for (i, &b) in bytes.iter().enumerate().skip(start + 1) {
-        match b {
-            _ if escaped => escaped = false,
-            b'\\' => escaped = true,
-            b'"' => return Some(i + 1),
-            _ => {}
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn values_start_like_json_or_wait() {
-        for text in [r#""a"#, "{", "[", "-", "7", "true", "false}", "null,"] {
-            assert_eq!(starts_json(text), Some(true), "{text}");
-        }
-        for text in ["e\"\"{}", "fl{", "tru}", "truex", "x"] {
-            assert_eq!(starts_json(text), Some(false), "{text}");
-        }
-        for text in ["", "f", "fa", "nul"] {
-            assert_eq!(starts_json(text), None, "{text}");
-        }
+    /// Each step's fragments, as (index, arguments).
+    fn stream(named: Option<&str>, pieces: &[&str]) -> Vec<Vec<(usize, String)>> {
+        let mut calls = GuidedCalls::new(named.map(str::to_owned));
+        pieces
+            .iter()
+            .map(|piece| {
+                calls.feed(piece);
+                let mut out = Vec::new();
+                calls.fragments(&mut out);
+                out.into_iter().map(|c| (c.index, c.arguments)).collect()
+            })
+            .collect()
+    }
+
+    fn args(text: &str) -> Vec<(usize, String, String)> {
+        let mut calls = GuidedCalls::new(None);
+        calls.feed(text);
+        let mut out = Vec::new();
+        calls.whole(&mut out);
+        out.into_iter()
+            .map(|c| (c.index, c.name.unwrap(), c.arguments))
+            .collect()
     }
 
     #[test]
     fn required_array_yields_each_element_arguments() {
-        let text = r#" [{"name": "a", "parameters": {"x": "}"}}, {"name": "b", "parameters": {}}]"#;
-        let spans = elements(text, 2);
-        assert_eq!(spans.len(), 2);
-        let args: Vec<_> = spans
-            .iter()
-            .map(|s| {
-                (
-                    s.name.clone().unwrap(),
-                    &text[s.start.unwrap()..s.end.unwrap()],
-                )
-            })
-            .collect();
-        assert_eq!(args, [("a".into(), r#"{"x": "}"}"#), ("b".into(), "{}")]);
+        let text = r#" [{"name": "a", "parameters": {"x": "}"}}, {"name": "b", "arguments": {}}]"#;
+        assert_eq!(
+            args(text),
+            [
+                (0, "a".into(), r#"{"x": "}"}"#.into()),
+                (1, "b".into(), "{}".into())
+            ]
+        );
     }
 
     #[test]
-    fn closing_brace_waits_for_its_element() {
-        let mut calls = GuidedCalls::new(None);
-        let mut out = Vec::new();
-        for piece in ["[{\"name\": \"f\", \"parameters\": {\"", "x\": 1}", "}]"] {
-            assert_eq!(calls.feed(piece), Shape::Json);
-            calls.fragments(false, &mut out);
-        }
-        let args: Vec<_> = out.iter().map(|c| c.arguments.as_str()).collect();
-        assert_eq!(args, ["{\"", "x\": 1", "}"]);
-        assert_eq!(out[0].name.as_deref(), Some("f"));
-        assert!(out[1].id.is_none() && out[1].name.is_none());
+    fn the_closing_brace_goes_out_with_its_object() {
+        let steps = stream(
+            None,
+            &[r#"[{"name": "f", "parameters": {""#, r#"x": 1}"#, "}]"],
+        );
+        let want = |s: &str| vec![(0, s.to_owned())];
+        assert_eq!(steps, [want("{\""), want("x\": 1}"), vec![]]);
+        let whole = stream(None, &[r#"[{"name":"f","arguments":"#, "{}", "}]"]);
+        assert_eq!(whole, [vec![], want("{}"), vec![]]);
     }
 
     #[test]
     fn named_arguments_close_at_once() {
-        let mut calls = GuidedCalls::new(Some("f".into()));
-        let mut out = Vec::new();
-        for piece in ["{\"", "x\": 1}"] {
-            calls.feed(piece);
-            calls.fragments(false, &mut out);
-        }
-        let args: Vec<_> = out.iter().map(|c| c.arguments.as_str()).collect();
-        assert_eq!(args, ["{\"", "x\": 1}"]);
+        let steps = stream(Some("f"), &["{\"", "x\": 1}", " tail"]);
+        let want = |s: &str| vec![(0, s.to_owned())];
+        assert_eq!(steps, [want("{\""), want("x\": 1}"), vec![]]);
     }
 
     #[test]
@@ -407,9 +553,36 @@ mod tests {
     }
 
     #[test]
-    fn a_key_without_its_colon_is_no_call() {
-        assert!(elements(r#"{"name""","arguments"{"#, 1).is_empty());
-        assert_eq!(elements(r#"{"name" : "f", "arguments": {}}"#, 1).len(), 1);
+    fn a_key_waits_for_its_colon() {
+        // A string where the `:` belongs is skipped (#246).
+        assert_eq!(
+            args(r#"{"name":"","parameters""ge":{,"me}}"#),
+            [(0, String::new(), r#"{,"me}}"#.into())]
+        );
+        // `"name"` never got its value: no call.
+        assert!(args(r#"{"name""","arguments"{"#).is_empty());
+        assert_eq!(args(r#"{"name" : "f", "arguments": {}}"#).len(), 1);
+    }
+
+    #[test]
+    fn a_value_of_another_kind_is_no_call_but_keeps_its_index() {
+        assert!(args(r#"{"name":"","parameters":e""{}"#).is_empty());
+        assert!(args(r#"{"name":"","parameters":fl{}"#).is_empty());
+        assert!(args(r#"[{"name":7,"arguments":{}}]"#).is_empty());
+        assert!(args(r#"[{"arguments":{},"name":"f","parameters":{}}]"#).is_empty());
+        // Already out when the second spelling comes: the call stays as it went.
+        assert_eq!(
+            args(r#"[{"name":"f","arguments":{"a":1},"parameters":{"b":2}}]"#),
+            [(0, "f".into(), r#"{"a":1}"#.into())]
+        );
+        let text = r#"[{"name":"f","arguments":null},{"name":"g","arguments":{}}]"#;
+        assert_eq!(args(text), [(1, "g".into(), "{}".into())]);
+    }
+
+    #[test]
+    fn a_name_after_the_arguments_still_makes_a_call() {
+        let steps = stream(None, &[r#"[{"arguments":{"a":1},"#, r#""name":"f"}]"#]);
+        assert_eq!(steps, [vec![], vec![(0, r#"{"a":1}"#.to_owned())]]);
     }
 
     #[test]
@@ -417,7 +590,7 @@ mod tests {
         let mut calls = GuidedCalls::new(None);
         calls.feed(r#"{"n": 2}<tool_call>{"name":"f","arguments":{}}"#);
         let mut out = Vec::new();
-        calls.fragments(true, &mut out);
+        calls.fragments(&mut out);
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].index, out[0].arguments.as_str()), (1, "{}"));
         assert!(calls.sent_at(1) && !calls.sent_at(0));
@@ -433,5 +606,8 @@ mod tests {
         let mut broken = GuidedCalls::new(Some("f".into()));
         broken.feed(r#"{""}}"#);
         assert_eq!(broken.closed_at(), None);
+        let mut list = GuidedCalls::new(None);
+        list.feed(r#"[{"name":"f","arguments":{}}, 1] x"#);
+        assert_eq!(list.tail(32), (" x", 1));
     }
 }

@@ -577,7 +577,7 @@ impl ResponseState {
                 Shape::Json => {
                     self.delta.content.clear();
                     if self.plan.stream {
-                        guided.fragments(ending, &mut self.delta.calls);
+                        guided.fragments(&mut self.delta.calls);
                     } else if ending {
                         guided.whole(&mut self.delta.calls);
                     }
@@ -635,18 +635,17 @@ impl ResponseState {
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
-                    // Bare call objects to the end (hermes): Dynamo also parses the
-                    // whole answer and sends the calls at indexes the guided JSON left
-                    // free (`{"n": 2}<tool_call>{A}…` adds A at 0) with the finish
-                    // reason, `"content":""` once it parsed any (live-checked).
-                    let hermes = self
-                        .plan
-                        .parsers
-                        .as_ref()
-                        .and_then(|s| s.tool_call)
-                        .is_some_and(|f| f.name() == "hermes");
-                    let end_calls = (ending && called && hermes && guided.closed_at().is_none())
-                        .then(|| free_index_calls(guided, &self.delta.calls, self.plan.stream))
+                    // Guided JSON that never closed (bare call objects; hermes,
+                    // llama3_json, mistral): Dynamo also parses the whole answer and
+                    // sends the calls at indexes the guided JSON left free
+                    // (`{"n": 2}<tool_call>{A}…` adds A at 0) with the finish reason,
+                    // `"content":""` once it parsed any (live-checked).
+                    let family = self.plan.parsers.as_ref().and_then(|s| s.tool_call);
+                    let end_calls = (ending && called && guided.closed_at().is_none())
+                        .then(|| {
+                            let family = family.map(|f| f.name());
+                            free_index_calls(family, guided, &self.delta.calls, self.plan.stream)
+                        })
                         .flatten();
                     if called || !ending {
                         if !self.plan.stream {
@@ -888,7 +887,7 @@ impl ResponseState {
         guided.feed(&std::mem::take(&mut self.delta.content));
         let closed = guided.closed_at();
         if self.plan.stream && !(opening && closed.is_none() && !ending) {
-            guided.fragments(ending, &mut self.delta.calls);
+            guided.fragments(&mut self.delta.calls);
         } else if ending || closed.is_some() {
             guided.whole(&mut self.delta.calls);
         }
@@ -1440,17 +1439,26 @@ fn reread_hermes(answer: &str) -> Option<(Vec<(String, String)>, String)> {
     (!parse.calls.is_empty()).then_some((parse.calls, parse.content))
 }
 
-/// Hermes' whole parse of a guided answer of bare call objects (JSON as written:
-/// an object the output leaves open is no call, live-checked): its calls at the
-/// indexes the guided JSON left free (streamed: not sent yet; unary: not among
-/// `whole`), `None` when it parsed none.
+/// The end parse of a guided answer that never closed, as the family reads it
+/// (hermes: JSON as written, an object the output leaves open is no call;
+/// llama3_json and mistral: their basic JSON parse, cut JSON not closed; all
+/// live-checked): its calls at the indexes the guided JSON left free (streamed: not
+/// sent yet; unary: not among `whole`), `None` when it parsed none or the family
+/// has no such parse here.
 fn free_index_calls(
+    family: Option<&str>,
     guided: &GuidedCalls,
     whole: &[CallDelta],
     stream: bool,
 ) -> Option<Vec<CallDelta>> {
-    let parse = hermes_whole::parse_whole(guided.text(), Repair::Never);
-    if parse.calls.is_empty() {
+    let text = guided.text();
+    let calls = match family {
+        Some("hermes") => hermes_whole::parse_whole(text, Repair::Never).calls,
+        Some("llama3_json") => basic_whole::parse_whole(text, "<|python_tag|>", false).calls,
+        Some("mistral") => mistral_held_calls(text),
+        _ => return None,
+    };
+    if calls.is_empty() {
         return None;
     }
     let taken = |index: usize| {
@@ -1460,7 +1468,7 @@ fn free_index_calls(
             whole.iter().any(|w| w.index == index)
         }
     };
-    let calls = numbered_calls(parse.calls);
+    let calls = numbered_calls(calls);
     Some(calls.into_iter().filter(|c| !taken(c.index)).collect())
 }
 

@@ -39,9 +39,7 @@ CASES = 300
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "pipeline" / "fuzz"
 # Pairs with differences the fuzzer found and that are not fixed yet (docs/parity.md
 # lists them). Strict: a pair that starts passing must come off this list.
-OPEN: dict[str, str] = {
-    "none+llama3_json": "the reference's lenient guided scan of a required answer (#246)",
-}
+OPEN: dict[str, str] = {}
 
 
 def _pairs() -> Iterator[Any]:
