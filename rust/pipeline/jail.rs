@@ -467,7 +467,19 @@ impl ToolJail {
         if held.is_empty() {
             return None;
         }
-        let parsed = self.parse_at(&held, Reading::End);
+        let mut parsed = self.parse_at(&held, Reading::End);
+        if self.to_end && parsed.calls.is_empty() && self.rules.trigger == Trigger::Pythonic {
+            // After guided JSON Dynamo reads held text as the forced choice's answer:
+            // its basic JSON parse too (live-checked, pythonic: a JSON list of calls
+            // after a named choice's object is a call).
+            let calls = basic_whole::parse_whole(&held, "<|python_start|>", false).calls;
+            if !calls.is_empty() {
+                parsed = Parsed {
+                    calls: numbered(calls),
+                    content: String::new(),
+                };
+            }
+        }
         if self.to_end && parsed.calls.is_empty() {
             // After guided JSON, held text without a call goes out as written, a
             // closed block too (live-checked, hermes and qwen3_coder).

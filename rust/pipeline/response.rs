@@ -1251,15 +1251,7 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         // Python (`[f(a='x')][g()]`) gives no call. Without a call, its basic JSON
         // parse, JSON cut short not closed (live-checked: `k{A}` and `k [{A},{B}]`
         // are calls, `k {A}\n{B}`, `k {A} tail` and `k [1] {A}` stay text).
-        Some("pythonic") => Some(
-            pythonic_whole::parse_whole(answer)
-                .ok()
-                .map(|p| p.calls)
-                .filter(|calls| !calls.is_empty())
-                .unwrap_or_else(|| {
-                    basic_whole::parse_whole(answer, "<|python_start|>", false).calls
-                }),
-        ),
+        Some("pythonic") => Some(pythonic_held_calls(answer)),
         // Live-checked: `,{"name":"","arguments":{` and `[TOOL_CALLS]e[ARGS]{}`
         // stay text, `[TOOL_CALLS][{A}]```json…]` is no call (the text goes out
         // whole), `[TOOL_CALLS]f[ARGS]{…}[TOOL_CALLS][{A}, {B}]` is A and B.
@@ -1456,6 +1448,7 @@ fn free_index_calls(
         Some("hermes") => hermes_whole::parse_whole(text, Repair::Never).calls,
         Some("llama3_json") => basic_whole::parse_whole(text, "<|python_tag|>", false).calls,
         Some("mistral") => mistral_held_calls(text),
+        Some("pythonic") => pythonic_held_calls(text),
         _ => return None,
     };
     if calls.is_empty() {
@@ -1473,7 +1466,7 @@ fn free_index_calls(
 }
 
 /// A forced choice's guided answer that never closed (bare call objects, mistral's
-/// `[TOOL_CALLS][…]`), as llama3_json and mistral read it at the end of output:
+/// `[TOOL_CALLS][…]`), as llama3_json, mistral and pythonic read it at the end of output:
 /// whether their basic JSON parse, cut JSON not closed, finds calls in it (the
 /// last chunk then says `"content":""`; live-checked: `{A}` and `[TOOL_CALLS][A] }`
 /// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
@@ -1488,9 +1481,21 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         // Each piece after a marker read to its last bracket (`[TOOL_CALLS][A]]`
         // is no call), as its held answer is read.
         Some("mistral") => mistral_held_calls(text),
+        // No call found: the finish chunk is bare too (a second `{}` with usage).
+        Some("pythonic") => pythonic_held_calls(text),
         _ => return None,
     };
     Some(!calls.is_empty())
+}
+
+/// pythonic's reading of a forced choice's held answer: its pythonic parse, or
+/// without a call its basic JSON parse, JSON cut short not closed.
+fn pythonic_held_calls(answer: &str) -> Vec<(String, String)> {
+    pythonic_whole::parse_whole(answer)
+        .ok()
+        .map(|p| p.calls)
+        .filter(|calls| !calls.is_empty())
+        .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_start|>", false).calls)
 }
 
 /// mistral's reading of a forced choice's held answer: each piece after a
