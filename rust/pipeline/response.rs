@@ -23,7 +23,7 @@ use crate::parsers::json::is_valid;
 use crate::parsers::tools::harmony_whole;
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
 use crate::parsers::tools::json_calls::hermes_whole::{self, Repair};
-use crate::parsers::tools::json_calls::{basic_whole, pythonic_whole};
+use crate::parsers::tools::json_calls::{basic_whole, dsv31_whole, pythonic_whole};
 use crate::parsers::{CallDelta, ChatParser, Delta};
 use serde_json::value::RawValue;
 
@@ -1240,9 +1240,10 @@ fn family_jail(spec: &ChatParserSpec) -> ToolJail {
 
 /// The calls in a forced tool choice's held answer, as Dynamo reads it at the end
 /// (not harmony): `default`, pythonic and mistral by Dynamo's whole parses; with
-/// qwen3_coder, JSON call objects ending the answer win over the family's calls
-/// (deepseek_v3_1 keeps its own); else the family's parse, where (hermes,
-/// qwen3_coder) a `<tool_call>` block the output ends inside is no call.
+/// qwen3_coder and deepseek_v3_1, JSON call objects ending the answer (read from
+/// its first `{`/`[`) win over the family's calls; else the family's parse, where
+/// (hermes, qwen3_coder) a `<tool_call>` block the output ends inside is no call,
+/// and deepseek_v3_1's section counts only closed.
 fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
     let whole = match spec.tool_call.map(|f| f.name()) {
         // Dynamo's `default` parse at the end of output (live-checked:
@@ -1288,10 +1289,15 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         return numbered_calls(calls);
     }
     let qwen3_coder = spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder");
-    if qwen3_coder {
+    let dsv31 = spec.tool_call.is_some_and(|f| f.name() == "deepseek_v3_1");
+    if qwen3_coder || dsv31 {
         if let Some(calls) = trailing_json_calls(answer) {
             return calls;
         }
+    }
+    if dsv31 {
+        // Its parse as the jail runs it mid-stream: a section counts closed only.
+        return numbered_calls(dsv31_whole::parse_whole(answer, false).calls);
     }
     let tools = ChatParserSpec {
         reasoning: None,
@@ -1300,7 +1306,6 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
     };
     let answer = match spec.tool_call.map(|f| f.name()) {
         Some("qwen3_coder") => closed_blocks(answer, "<tool_call>", "</tool_call>"),
-        Some("deepseek_v3_1") => closed_blocks(answer, DSV31_SECTION, DSV31_SECTION_END),
         _ => answer,
     };
     let (message, _) = parse_with(answer, &tools);
@@ -1320,13 +1325,11 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
 }
 
 const DSV31_SECTION: &str = "<｜tool▁calls▁begin｜>";
-const DSV31_SECTION_END: &str = "<｜tool▁calls▁end｜>";
 
 /// The held answer up to its last block end: a block the output ends inside is
 /// no call in a forced choice's answer (live-checked: hermes `hi <tool_call>
 /// {"name":"get_ti` streams as text; qwen3_coder drops a `<tool_call><function=f>`
-/// left open after a whole block, where its jail reads a call; deepseek_v3_1's
-/// calls count only in a section `<｜tool▁calls▁end｜>` closed).
+/// left open after a whole block, where its jail reads a call).
 fn closed_blocks<'a>(answer: &'a str, open: &str, close: &str) -> &'a str {
     match (answer.rfind(open), answer.rfind(close)) {
         (Some(at), Some(end)) if at > end => &answer[..end + close.len()],
@@ -1400,18 +1403,12 @@ fn reread_unary(
             )
         }
         "deepseek_v3_1" => {
-            let tools = ChatParserSpec {
-                reasoning: None,
-                stream_arguments: false,
-                ..spec.clone()
-            };
-            let (message, _) = parse_with(answer, &tools);
             let before = answer
                 .find(DSV31_SECTION)
+                .or_else(|| answer.find(dsv31_whole::BARE_CALL))
                 .map_or(answer, |at| &answer[..at]);
-            let calls = message.tool_calls.into_iter();
             (
-                calls.map(|c| (c.name, c.arguments)).collect(),
+                dsv31_whole::parse_whole(answer, true).calls,
                 before.to_owned(),
             )
         }
