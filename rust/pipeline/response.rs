@@ -270,14 +270,18 @@ impl ResponseState {
                 && self.plan.surface == Surface::Chat
                 && !self.plan.tool_choice.forces_calls()
                 && spec.tool_call.is_some_and(|f| {
-                    matches!(f.name(), "qwen3_coder" | "default" | "mistral" | "hermes")
+                    matches!(
+                        f.name(),
+                        "qwen3_coder" | "default" | "mistral" | "hermes" | "deepseek_v3_1"
+                    )
                 })
         }) {
-            // Dynamo's unary aggregator reads a qwen3_coder, `default`, mistral or
-            // hermes answer without calls again (cut by length: when it holds a
-            // start marker; the jail let it out as text; live-checked: `fine<tool_call> ` says
-            // `fine`, `hi <|python_tag|>{"a"` says `hi `, while `<tool_call>|>`
-            // that stopped keeps its text).
+            // Dynamo's unary aggregator reads a qwen3_coder, `default`, mistral,
+            // hermes or deepseek_v3_1 answer without calls again (cut by length:
+            // when it holds a start marker; the jail let it out as text;
+            // live-checked: `fine<tool_call> ` says `fine`, `hi <|python_tag|>{"a"`
+            // says `hi `, `x<｜tool▁calls▁begin｜>\n` says `x`, while
+            // `<tool_call>|>` that stopped keeps its text).
             let jail = family_jail(spec);
             let default = spec.tool_call.is_some_and(|f| f.name() == "default");
             let hermes = spec.tool_call.is_some_and(|f| f.name() == "hermes");
@@ -1462,7 +1466,7 @@ fn free_index_calls(
 }
 
 /// A forced choice's guided answer that never closed (bare call objects, mistral's
-/// `[TOOL_CALLS][…]`), as llama3_json and mistral read it at the end of output:
+/// `[TOOL_CALLS][…]`), as llama3_json, mistral and deepseek_v3_1 read it at the end of output:
 /// whether their basic JSON parse, cut JSON not closed, finds calls in it (the
 /// last chunk then says `"content":""`; live-checked: `{A}` and `[TOOL_CALLS][A] }`
 /// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
@@ -1477,6 +1481,13 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         // Each piece after a marker read to its last bracket (`[TOOL_CALLS][A]]`
         // is no call), as its held answer is read.
         Some("mistral") => mistral_held_calls(text),
+        // Its bare JSON parse, then its own (live-checked: `{"name":"","arguments":{`
+        // cut there, with usage to come, gets the bare finish chunk, then a
+        // second one saying nothing).
+        Some("deepseek_v3_1") => {
+            let json = trailing_json_calls(text).is_some_and(|calls| !calls.is_empty());
+            return Some(json || !dsv31_whole::parse_whole(text, false).calls.is_empty());
+        }
         _ => return None,
     };
     Some(!calls.is_empty())
@@ -1534,6 +1545,12 @@ fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
     let spec = plan.parsers.as_ref()?;
     if spec.tool_call.is_some_and(|f| f.name() == "pythonic") {
         return None;
+    }
+    // Dynamo's deepseek_v3_1 start marker is its section's only; a bare
+    // `<｜tool▁call▁begin｜>` is not one (live-checked: a named choice's answer
+    // cut by length with only that marker says nothing).
+    if spec.tool_call.is_some_and(|f| f.name() == "deepseek_v3_1") {
+        return text.find(DSV31_SECTION);
     }
     let markers = spec.tool_call?.build(spec.tools.clone()).start_markers();
     markers.iter().filter_map(|m| text.find(m)).min()
