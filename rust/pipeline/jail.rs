@@ -269,9 +269,7 @@ impl JailRules {
 
     /// Whether `text` holds a complete start marker.
     fn has_start(&self, text: &str) -> bool {
-        self.starts
-            .iter()
-            .any(|m| text.contains(m))
+        self.starts.iter().any(|m| text.contains(m))
     }
 
     /// What the reference's marker matcher looks for: the start markers, or, for a
@@ -806,7 +804,11 @@ impl ToolJail {
     fn parse_kimi(&self, text: &str) -> Parsed {
         let calls = kimi_whole::parse_whole(text);
         if calls.is_empty() {
-            return self.no_calls(text);
+            let says = kimi_whole::says_text_without_calls(text);
+            return Parsed {
+                calls: Vec::new(),
+                content: if says { text.to_owned() } else { String::new() },
+            };
         }
         let section = self.rules.starts.first().and_then(|m| text.find(m));
         let content = section

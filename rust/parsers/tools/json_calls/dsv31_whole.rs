@@ -140,7 +140,8 @@ mod tests {
 
     #[test]
     fn an_open_section_counts_only_at_the_end() {
-        let text = "x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>[1]<｜tool▁call▁end｜>";
+        let text =
+            "x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>[1]<｜tool▁call▁end｜>";
         assert!(parse_whole(text, false).calls.is_empty());
         assert_eq!(parse_whole(text, true).calls, [call("f", "[1]")]);
     }
