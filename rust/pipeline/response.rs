@@ -1071,6 +1071,14 @@ impl ResponseState {
             || (parts.is_empty() && !held)
             || (finish_alone && finalized.is_none())
         {
+            // Text that passed beside a marker prefix the end releases (a stop
+            // string cut the output there: `<` + `<｜t`) leaves the finish reason to
+            // that release (live-checked, deepseek_v3_1).
+            let finish = if finalized.is_some() && !passed.is_empty() {
+                None
+            } else {
+                finish
+            };
             parts.push(JailedPart {
                 content: (!passed.is_empty()).then_some(passed),
                 calls: Vec::new(),
