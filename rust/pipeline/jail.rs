@@ -20,7 +20,7 @@ use crate::parsers::json::{JsonScanner, Scanned};
 use crate::parsers::tools::harmony_whole::{self, parse_whole as parse_whole_harmony};
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
 use crate::parsers::tools::json_calls::{
-    basic_whole, cut_json_piece, hermes_whole, kimi_whole, pythonic_whole,
+    basic_whole, cut_json_piece, dsv31_whole, hermes_whole, kimi_whole, pythonic_whole,
 };
 use crate::parsers::ToolCall;
 use serde_json::value::RawValue;
@@ -34,7 +34,8 @@ enum Trigger {
     /// Marker families: a start marker, or a prefix of one ending the text.
     Marker,
     /// DeepSeek V3.1: as `Marker`, on the text with its surrounding whitespace
-    /// trimmed (`< ` ends with `<`).
+    /// trimmed (`< ` ends with `<`), or a bare `<｜tool▁call▁begin｜>` anywhere:
+    /// the whole piece is held then, the text before it too.
     TrimmedMarker,
     /// Pythonic: any `[`.
     Pythonic,
@@ -53,11 +54,6 @@ pub struct JailRules {
     forced_as_auto: bool,
     /// A whole parse with calls keeps only the text before the first start marker.
     content_before_start: bool,
-    /// A start marker matched only whole (its prefixes pass), that opens a jail
-    /// with its own end markers besides the family's: deepseek_v3_1's
-    /// `<｜tool▁call▁begin｜>` ends at `<｜tool▁call▁end｜>` once a call parsed, or
-    /// at `<｜tool▁calls▁end｜>` (live-checked).
-    own_end: Option<(&'static str, &'static [&'static str])>,
     /// The jail also ends where a whole parse finds calls (families without an
     /// end marker, and `default`, whose `</TOOLCALL>` is optional).
     ends_on_calls: bool,
@@ -67,6 +63,9 @@ pub struct JailRules {
     /// Held text is read by Dynamo's own kimi_k2 parse
     /// ([`kimi_whole`](crate::parsers::tools::json_calls::kimi_whole)).
     kimi_whole: bool,
+    /// Held text is read by Dynamo's own deepseek_v3_1 parse
+    /// ([`dsv31_whole`](crate::parsers::tools::json_calls::dsv31_whole)).
+    dsv31_whole: bool,
     /// Held text is read by Dynamo's own `default` parse
     /// ([`default_whole`](crate::parsers::tools::json_calls::default_whole)).
     default_whole: bool,
@@ -152,11 +151,10 @@ impl JailRules {
                 name,
                 "kimi_k2" | "deepseek_v3_1" | "llama3_json" | "qwen3_coder"
             ),
-            own_end: (name == "deepseek_v3_1")
-                .then_some(("<｜tool▁call▁begin｜>", &["<｜tool▁call▁end｜>"])),
             ends_on_calls: ends.is_empty() || name == "default",
             hermes_whole: name == "hermes",
             kimi_whole: name == "kimi_k2",
+            dsv31_whole: name == "deepseek_v3_1",
             default_whole: name == "default",
             basic_marker: match name {
                 "llama3_json" => Some("<|python_tag|>"),
@@ -174,12 +172,6 @@ impl JailRules {
     /// jail rather than holding the whole answer (kimi_k2, live-checked).
     pub fn jails_forced_choice_as_auto(&self) -> bool {
         self.forced_as_auto
-    }
-
-    /// Whether the jail holding `held` was opened by the marker with its own end.
-    fn opened_by_own_end(&self, held: &str) -> bool {
-        self.own_end
-            .is_some_and(|(start, _)| held.starts_with(start))
     }
 
     /// Whether JSON after a start marker holds a call object with neither
@@ -255,7 +247,10 @@ impl JailRules {
                     || text.contains(harmony_whole::CHANNEL)
                     || text.contains(harmony_whole::CALL)
             }
-            Trigger::TrimmedMarker => self.marker_or_prefix_ends(text.trim()),
+            Trigger::TrimmedMarker => {
+                let text = text.trim();
+                self.marker_or_prefix_ends(text) || text.contains(dsv31_whole::BARE_CALL)
+            }
             Trigger::Pythonic => text.trim().contains('['),
         }
     }
@@ -274,10 +269,7 @@ impl JailRules {
 
     /// Whether `text` holds a complete start marker.
     fn has_start(&self, text: &str) -> bool {
-        self.starts
-            .iter()
-            .chain(self.own_end.as_ref().map(|(start, _)| start))
-            .any(|m| text.contains(m))
+        self.starts.iter().any(|m| text.contains(m))
     }
 
     /// What the reference's marker matcher looks for: the start markers, or, for a
@@ -295,16 +287,8 @@ impl JailRules {
     fn find_start(&self, text: &str) -> Option<(usize, usize)> {
         self.patterns()
             .iter()
-            .chain(self.own_end.as_ref().map(|(start, _)| start))
             .filter_map(|m| text.find(m).map(|at| (at, m.len())))
             .min_by_key(|&(at, _)| at)
-    }
-
-    /// Where the content of a release with calls ends (`content_before_start`):
-    /// the first family start marker, else the own-end marker that opened it.
-    fn content_start(&self, text: &str) -> Option<usize> {
-        let family = self.starts.iter().filter_map(|m| text.find(m)).min();
-        family.or_else(|| self.find_start(text).map(|(at, _)| at))
     }
 
     /// The earliest suffix of `text` that is a proper prefix of a start pattern.
@@ -510,18 +494,11 @@ impl ToolJail {
             ends.iter()
                 .find_map(|m| self.held.find(m).map(|at| at + m.len()))
         };
-        // Once a family start marker follows in it, the family's end marker ends
-        // it (live-checked, deepseek_v3_1).
-        let own_end = match self.rules.own_end {
-            Some((start, ends))
-                if self.held.starts_with(start)
-                    && !self.rules.starts.iter().any(|m| self.held.contains(m)) =>
-            {
-                find_end(ends).filter(|&end| !self.parse(&self.held[..end]).calls.is_empty())
-            }
-            _ => None,
+        let end = if self.rules.dsv31_whole {
+            self.dsv31_end()
+        } else {
+            find_end(self.rules.ends)
         };
-        let end = own_end.into_iter().chain(find_end(self.rules.ends)).min();
         let end = match end {
             Some(end) => end,
             None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
@@ -538,6 +515,23 @@ impl ToolJail {
         if end < held.len() {
             self.feed_free(&held[end..], out, true);
         }
+    }
+
+    /// Where Dynamo's deepseek_v3_1 jail ends, if it does now: once the held text
+    /// parses to calls, at the parser's end position (the section's end, else past
+    /// the bare calls that follow one another), where the text up to it must parse
+    /// to calls again; or at a `<｜tool▁calls▁end｜>` after text without calls.
+    fn dsv31_end(&self) -> Option<usize> {
+        let held = self.held.as_str();
+        if self.parse(held).calls.is_empty() {
+            return self
+                .rules
+                .ends
+                .iter()
+                .find_map(|m| held.find(m).map(|at| at + m.len()));
+        }
+        let end = dsv31_whole::end_position(held);
+        (end == held.len() || !self.parse(&held[..end]).calls.is_empty()).then_some(end)
     }
 
     /// Whether Dynamo's mistral jail is complete now, where it ends and what it
@@ -681,6 +675,9 @@ impl ToolJail {
         if self.rules.kimi_whole {
             return self.parse_kimi(text);
         }
+        if self.rules.dsv31_whole {
+            return parse_dsv31(text, reading);
+        }
         if self.rules.trigger == Trigger::Harmony {
             return parse_harmony(text);
         }
@@ -760,7 +757,7 @@ impl ToolJail {
         // deepseek_v3_1's keep only the text before the first start marker.
         let start = match self.rules.bare_opener {
             Some((_, opener)) if opener_in_text => text.find(opener),
-            _ => self.rules.content_start(text),
+            _ => self.rules.first_start(text),
         };
         let content = match start {
             // The text before a `<tool_call>` after a bare `<function=` is said as
@@ -789,7 +786,7 @@ impl ToolJail {
     fn parse_basic(&self, text: &str, marker: &str) -> Parsed {
         let parse = basic_whole::parse_whole(text, marker, true);
         if !parse.calls.is_empty() {
-            let content = match self.rules.content_start(text) {
+            let content = match self.rules.first_start(text) {
                 Some(at) => text[..at].trim(),
                 None => parse.content.as_deref().unwrap_or_default(),
             };
@@ -819,11 +816,15 @@ impl ToolJail {
     fn parse_kimi(&self, text: &str) -> Parsed {
         let calls = kimi_whole::parse_whole(text);
         if calls.is_empty() {
-            return self.no_calls(text);
+            let says = kimi_whole::says_text_without_calls(text);
+            return Parsed {
+                calls: Vec::new(),
+                content: if says { text.to_owned() } else { String::new() },
+            };
         }
         let section = self.rules.starts.first().and_then(|m| text.find(m));
         let content = section
-            .or_else(|| self.rules.content_start(text))
+            .or_else(|| self.rules.first_start(text))
             .map_or(text, |at| &text[..at]);
         Parsed {
             calls: calls
@@ -859,8 +860,6 @@ impl ToolJail {
             // at the end go out whole; `<tool_call><function=` says nothing).
             .is_some_and(|(bare, _)| text.starts_with(bare));
         let kept_whole = read_as_text
-            || (self.rules.opened_by_own_end(text)
-                && self.rules.starts.iter().any(|m| text.contains(m)))
             || (self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
         let marked = self.rules.has_start(text) && !kept_whole;
         Parsed {
@@ -871,6 +870,21 @@ impl ToolJail {
                 text.to_owned()
             },
         }
+    }
+}
+
+/// Dynamo's deepseek_v3_1 parse over held text (its section need not close at the
+/// end of output); without calls the jail lets the held text out as it was,
+/// unless the parser says nothing.
+fn parse_dsv31(text: &str, reading: Reading) -> Parsed {
+    let whole = dsv31_whole::parse_whole(text, reading == Reading::End);
+    let content = match (whole.calls.is_empty(), whole.content.is_empty()) {
+        (true, false) => text.to_owned(),
+        _ => whole.content,
+    };
+    Parsed {
+        calls: numbered(whole.calls),
+        content,
     }
 }
 

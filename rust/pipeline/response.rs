@@ -23,7 +23,7 @@ use crate::parsers::json::is_valid;
 use crate::parsers::tools::harmony_whole;
 use crate::parsers::tools::json_calls::default_whole::{self, Reading};
 use crate::parsers::tools::json_calls::hermes_whole::{self, Repair};
-use crate::parsers::tools::json_calls::{basic_whole, pythonic_whole};
+use crate::parsers::tools::json_calls::{basic_whole, dsv31_whole, pythonic_whole};
 use crate::parsers::{CallDelta, ChatParser, Delta};
 use serde_json::value::RawValue;
 
@@ -270,14 +270,18 @@ impl ResponseState {
                 && self.plan.surface == Surface::Chat
                 && !self.plan.tool_choice.forces_calls()
                 && spec.tool_call.is_some_and(|f| {
-                    matches!(f.name(), "qwen3_coder" | "default" | "mistral" | "hermes")
+                    matches!(
+                        f.name(),
+                        "qwen3_coder" | "default" | "mistral" | "hermes" | "deepseek_v3_1"
+                    )
                 })
         }) {
-            // Dynamo's unary aggregator reads a qwen3_coder, `default`, mistral or
-            // hermes answer without calls again (cut by length: when it holds a
-            // start marker; the jail let it out as text; live-checked: `fine<tool_call> ` says
-            // `fine`, `hi <|python_tag|>{"a"` says `hi `, while `<tool_call>|>`
-            // that stopped keeps its text).
+            // Dynamo's unary aggregator reads a qwen3_coder, `default`, mistral,
+            // hermes or deepseek_v3_1 answer without calls again (cut by length:
+            // when it holds a start marker; the jail let it out as text;
+            // live-checked: `fine<tool_call> ` says `fine`, `hi <|python_tag|>{"a"`
+            // says `hi `, `x<｜tool▁calls▁begin｜>\n` says `x`, while
+            // `<tool_call>|>` that stopped keeps its text).
             let jail = family_jail(spec);
             let default = spec.tool_call.is_some_and(|f| f.name() == "default");
             let hermes = spec.tool_call.is_some_and(|f| f.name() == "hermes");
@@ -1068,6 +1072,14 @@ impl ResponseState {
             || (parts.is_empty() && !held)
             || (finish_alone && finalized.is_none())
         {
+            // Text that passed beside a marker prefix the end releases (a stop
+            // string cut the output there: `<` + `<｜t`) leaves the finish reason to
+            // that release (live-checked, deepseek_v3_1).
+            let finish = if finalized.is_some() && !passed.is_empty() {
+                None
+            } else {
+                finish
+            };
             parts.push(JailedPart {
                 content: (!passed.is_empty()).then_some(passed),
                 calls: Vec::new(),
@@ -1241,9 +1253,10 @@ fn family_jail(spec: &ChatParserSpec) -> ToolJail {
 
 /// The calls in a forced tool choice's held answer, as Dynamo reads it at the end
 /// (not harmony): `default`, pythonic and mistral by Dynamo's whole parses; with
-/// qwen3_coder, JSON call objects ending the answer win over the family's calls
-/// (deepseek_v3_1 keeps its own); else the family's parse, where (hermes,
-/// qwen3_coder) a `<tool_call>` block the output ends inside is no call.
+/// qwen3_coder and deepseek_v3_1, JSON call objects ending the answer (read from
+/// its first `{`/`[`) win over the family's calls; else the family's parse, where
+/// (hermes, qwen3_coder) a `<tool_call>` block the output ends inside is no call,
+/// and deepseek_v3_1's section counts only closed.
 fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
     let whole = match spec.tool_call.map(|f| f.name()) {
         // Dynamo's `default` parse at the end of output (live-checked:
@@ -1281,10 +1294,15 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         return numbered_calls(calls);
     }
     let qwen3_coder = spec.tool_call.is_some_and(|f| f.name() == "qwen3_coder");
-    if qwen3_coder {
+    let dsv31 = spec.tool_call.is_some_and(|f| f.name() == "deepseek_v3_1");
+    if qwen3_coder || dsv31 {
         if let Some(calls) = trailing_json_calls(answer) {
             return calls;
         }
+    }
+    if dsv31 {
+        // Its parse as the jail runs it mid-stream: a section counts closed only.
+        return numbered_calls(dsv31_whole::parse_whole(answer, false).calls);
     }
     let tools = ChatParserSpec {
         reasoning: None,
@@ -1293,7 +1311,6 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
     };
     let answer = match spec.tool_call.map(|f| f.name()) {
         Some("qwen3_coder") => closed_blocks(answer, "<tool_call>", "</tool_call>"),
-        Some("deepseek_v3_1") => closed_blocks(answer, DSV31_SECTION, DSV31_SECTION_END),
         _ => answer,
     };
     let (message, _) = parse_with(answer, &tools);
@@ -1313,13 +1330,11 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
 }
 
 const DSV31_SECTION: &str = "<｜tool▁calls▁begin｜>";
-const DSV31_SECTION_END: &str = "<｜tool▁calls▁end｜>";
 
 /// The held answer up to its last block end: a block the output ends inside is
 /// no call in a forced choice's answer (live-checked: hermes `hi <tool_call>
 /// {"name":"get_ti` streams as text; qwen3_coder drops a `<tool_call><function=f>`
-/// left open after a whole block, where its jail reads a call; deepseek_v3_1's
-/// calls count only in a section `<｜tool▁calls▁end｜>` closed).
+/// left open after a whole block, where its jail reads a call).
 fn closed_blocks<'a>(answer: &'a str, open: &str, close: &str) -> &'a str {
     match (answer.rfind(open), answer.rfind(close)) {
         (Some(at), Some(end)) if at > end => &answer[..end + close.len()],
@@ -1393,18 +1408,12 @@ fn reread_unary(
             )
         }
         "deepseek_v3_1" => {
-            let tools = ChatParserSpec {
-                reasoning: None,
-                stream_arguments: false,
-                ..spec.clone()
-            };
-            let (message, _) = parse_with(answer, &tools);
             let before = answer
                 .find(DSV31_SECTION)
+                .or_else(|| answer.find(dsv31_whole::BARE_CALL))
                 .map_or(answer, |at| &answer[..at]);
-            let calls = message.tool_calls.into_iter();
             (
-                calls.map(|c| (c.name, c.arguments)).collect(),
+                dsv31_whole::parse_whole(answer, true).calls,
                 before.to_owned(),
             )
         }
@@ -1468,8 +1477,9 @@ fn free_index_calls(
 }
 
 /// A forced choice's guided answer that never closed (bare call objects, mistral's
-/// `[TOOL_CALLS][…]`), as llama3_json, mistral and pythonic read it at the end of output:
-/// whether their basic JSON parse, cut JSON not closed, finds calls in it (the
+/// `[TOOL_CALLS][…]`), as llama3_json, mistral, pythonic and deepseek_v3_1 read it
+/// at the end of output: whether their parse (the basic JSON one, cut JSON not
+/// closed, for the first three) finds calls in it (the
 /// last chunk then says `"content":""`; live-checked: `{A}` and `[TOOL_CALLS][A] }`
 /// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
 /// `None` for other families, or once the guided value closed.
@@ -1485,6 +1495,13 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         Some("mistral") => mistral_held_calls(text),
         // No call found: the finish chunk is bare too (a second `{}` with usage).
         Some("pythonic") => pythonic_held_calls(text),
+        // Its bare JSON parse, then its own (live-checked: `{"name":"","arguments":{`
+        // cut there, with usage to come, gets the bare finish chunk, then a
+        // second one saying nothing).
+        Some("deepseek_v3_1") => {
+            let json = trailing_json_calls(text).is_some_and(|calls| !calls.is_empty());
+            return Some(json || !dsv31_whole::parse_whole(text, false).calls.is_empty());
+        }
         _ => return None,
     };
     Some(!calls.is_empty())
@@ -1552,6 +1569,12 @@ fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
     let spec = plan.parsers.as_ref()?;
     if spec.tool_call.is_some_and(|f| f.name() == "pythonic") {
         return None;
+    }
+    // Dynamo's deepseek_v3_1 start marker is its section's only; a bare
+    // `<｜tool▁call▁begin｜>` is not one (live-checked: a named choice's answer
+    // cut by length with only that marker says nothing).
+    if spec.tool_call.is_some_and(|f| f.name() == "deepseek_v3_1") {
+        return text.find(DSV31_SECTION);
     }
     let markers = spec.tool_call?.build(spec.tools.clone()).start_markers();
     markers.iter().filter_map(|m| text.find(m)).min()

@@ -11,7 +11,10 @@
 
 use serde_json::Value;
 
-use super::family::{KIMI_ARGS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END};
+use super::family::{
+    KIMI_ARGS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTIONS_BEGIN, KIMI_SECTIONS_END,
+    KIMI_SECTION_BEGIN, KIMI_SECTION_END,
+};
 
 /// One call read whole: its id as written, its name and its arguments.
 pub struct WholeCall {
@@ -35,6 +38,43 @@ pub fn parse_whole(text: &str) -> Vec<WholeCall> {
         }
     }
     calls
+}
+
+/// Whether the parse of `text` without calls says any text (the jail then lets
+/// the held text out as it was, else drops it): the text outside its sections
+/// once one opens (an unclosed one runs to the end), else the text before the
+/// first marker of a call or a section's end (live-checked:
+/// `<|tool_call_begin|>x<|tool_calls_section_begin|>…` goes out whole).
+pub fn says_text_without_calls(text: &str) -> bool {
+    let first = |text: &str, markers: &[&str]| markers.iter().filter_map(|m| text.find(m)).min();
+    let starts = [KIMI_SECTIONS_BEGIN, KIMI_SECTION_BEGIN];
+    let ends = [KIMI_SECTIONS_END, KIMI_SECTION_END];
+    if first(text, &starts).is_none() {
+        let orphans = [
+            KIMI_CALL_BEGIN,
+            KIMI_CALL_END,
+            KIMI_ARGS_BEGIN,
+            ends[0],
+            ends[1],
+        ];
+        let before = first(text, &orphans).map_or(text, |at| &text[..at]);
+        return !before.trim().is_empty();
+    }
+    let mut rest = text;
+    while let Some(at) = first(rest, &starts) {
+        if !rest[..at].trim().is_empty() {
+            return true;
+        }
+        let Some(end) = ends
+            .iter()
+            .filter_map(|m| rest[at..].find(m).map(|e| at + e + m.len()))
+            .min()
+        else {
+            return false;
+        };
+        rest = &rest[end..];
+    }
+    !rest.trim().is_empty()
 }
 
 /// The call whose id starts `text` (after its begin marker), and the bytes it used.
@@ -113,6 +153,20 @@ mod tests {
     fn arguments_that_are_not_json_are_kept_trimmed() {
         let text = "<|tool_call_begin|> f:0 <|tool_call_argument_begin|> x y <|tool_call_end|>";
         assert_eq!(read(text), [call("f:0", "f", "x y")]);
+    }
+
+    #[test]
+    fn text_outside_the_sections_is_said() {
+        let section = "<|tool_calls_section_begin|><|tool_call_begin|>f:0<|tool_call_argu";
+        assert!(says_text_without_calls(&format!(
+            "<|tool_call_begin|>x{section}"
+        )));
+        assert!(!says_text_without_calls(section));
+        assert!(!says_text_without_calls("<|tool_call_begin|>x"));
+        assert!(says_text_without_calls("x <|tool_call_end|>"));
+        assert!(says_text_without_calls(
+            "<|tool_calls_section_begin|>y<|tool_calls_section_end|> z"
+        ));
     }
 
     #[test]

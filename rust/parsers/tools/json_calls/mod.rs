@@ -26,6 +26,7 @@
 
 pub mod basic_whole;
 pub mod default_whole;
+pub mod dsv31_whole;
 mod family;
 pub mod hermes_whole;
 mod in_content;
