@@ -30,6 +30,9 @@ struct Span {
     end: Option<usize>,
     /// The call's whole JSON (its array element, or the named arguments) closed.
     closed: bool,
+    /// Never a call (a key without its `:`, a name or arguments value that is not
+    /// JSON); its index stays taken.
+    blocked: bool,
 }
 
 /// The guided-JSON answer of one choice.
@@ -41,6 +44,8 @@ pub struct GuidedCalls {
     /// Per call index: its id and how many bytes of its arguments went out (`None`
     /// for an element that is no call: its index stays taken).
     sent: Vec<Option<(String, usize)>>,
+    /// An array element's closing argument brace waits for the element's own.
+    close_late: bool,
 }
 
 impl GuidedCalls {
@@ -50,7 +55,16 @@ impl GuidedCalls {
             text: String::new(),
             shape: Shape::Undecided,
             sent: Vec::new(),
+            close_late: true,
         }
+    }
+
+    /// With a tool-call parser: Dynamo's jail releases an element's arguments up
+    /// to their closing brace at once (live-checked, hermes and qwen3_coder:
+    /// `{"name":"f","arguments":{}` streams `{}` in one fragment).
+    pub fn closing_at_once(mut self) -> Self {
+        self.close_late = false;
+        self
     }
 
     /// Take one step of answer text; returns the shape the answer has now.
@@ -80,7 +94,7 @@ impl GuidedCalls {
                 continue;
             };
             let mut end = span.end.unwrap_or(self.text.len());
-            if span.end.is_some() && !span.closed && !ending {
+            if self.close_late && span.end.is_some() && !span.closed && !ending {
                 end -= 1;
             }
             if self.sent.len() <= index {
@@ -172,6 +186,7 @@ impl GuidedCalls {
                 start,
                 end,
                 closed: end.is_some(),
+                blocked: false,
             }];
         }
         // Call objects without the array are read as its elements.
@@ -240,19 +255,23 @@ fn elements(text: &str, call_depth: usize) -> Vec<Span> {
                         let after = text[end..].trim_start();
                         let starts = after.strip_prefix(':').map(|v| starts_json(v.trim_start()));
                         match starts {
-                            Some(Some(true)) => {}
+                            Some(Some(true)) => key = value,
                             Some(None) => break,
                             None if after.is_empty() => break,
+                            // Dynamo's cursor blocks this element and reads on: the
+                            // next element takes the next index (live-checked:
+                            // `{""}{"name":"","arguments":{` is a call at index 1).
                             _ => {
-                                spans.pop();
-                                break;
+                                if let Some(span) = spans.last_mut() {
+                                    let span: &mut Span = span;
+                                    span.blocked = true;
+                                }
+                                key = None;
                             }
                         }
-                        key = value;
                         expect_key = false;
                     } else if key.as_deref() == Some("name") {
-                        if let Some(span) = spans.last_mut() {
-                            let span: &mut Span = span;
+                        if let Some(span) = spans.last_mut().filter(|s| !s.blocked) {
                             span.name = value;
                         }
                     }
@@ -265,7 +284,7 @@ fn elements(text: &str, call_depth: usize) -> Vec<Span> {
                     b == b'{' && matches!(key.as_deref(), Some("parameters" | "arguments"));
                 let end = closing(text, i);
                 if is_args {
-                    if let Some(span) = spans.last_mut() {
+                    if let Some(span) = spans.last_mut().filter(|s| !s.blocked) {
                         span.start = Some(i);
                         span.end = end;
                     }
@@ -408,7 +427,11 @@ mod tests {
 
     #[test]
     fn a_key_without_its_colon_is_no_call() {
-        assert!(elements(r#"{"name""","arguments"{"#, 1).is_empty());
+        let spans = elements(r#"{"name""","arguments"{"#, 1);
+        assert!(spans.iter().all(|s| s.blocked && s.start.is_none()));
+        let spans = elements(r#"{""}{"name":"","arguments":{"#, 1);
+        assert_eq!(spans.len(), 2);
+        assert!(spans[0].blocked && spans[1].start.is_some());
         assert_eq!(elements(r#"{"name" : "f", "arguments": {}}"#, 1).len(), 1);
     }
 

@@ -305,6 +305,12 @@ impl ResponseState {
                     }
                 }
                 if choice.finish_reason != Some("length") {
+                    // qwen3_coder's own reading at the end finds calls the stream
+                    // let out as text (`<function=</tool_call>`).
+                    if let Some(parsed) = jail.recovered_at_end(&choice.content) {
+                        let calls = parsed.calls.into_iter().map(|c| (c.name, c.arguments));
+                        answer_with_calls(choice, parsed.content, calls.collect());
+                    }
                     continue;
                 }
                 if let Some(parsed) = jail.reread(&choice.content) {
@@ -422,10 +428,14 @@ impl ResponseState {
                 spec.tool_call.is_none() || spec.reference_streaming
             });
         let guided = forced_guided.then(|| {
-            GuidedCalls::new(match &self.plan.tool_choice {
+            let calls = GuidedCalls::new(match &self.plan.tool_choice {
                 ToolChoiceMode::Named(name) => Some(name.clone()),
                 _ => None,
-            })
+            });
+            match parsers.and_then(|spec| spec.tool_call) {
+                Some(_) => calls.closing_at_once(),
+                None => calls,
+            }
         });
         let parser = parsers.map(|spec| {
             let parser = ChatParser::from_spec(spec);
@@ -947,11 +957,10 @@ impl ResponseState {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
         let index = choice.index;
-        let family = self.plan.parsers.as_ref().and_then(|s| s.tool_call);
         let held_to_end = choice
             .guided
             .as_ref()
-            .and_then(|g| held_answer_end(family.map(|f| f.name()), g));
+            .and_then(|g| held_answer_end(self.plan.parsers.as_ref(), g));
         let says_empty = match held_to_end {
             Some(parsed) => parsed,
             None => choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call()),
@@ -985,8 +994,9 @@ impl ResponseState {
             // With a usage chunk to come, the answer the reference still held at
             // the end (guided JSON that never closed) is released after a bare
             // finish chunk, as the jail's end-of-output release is (live-checked,
-            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`), saying
-            // `tool_calls` even when the output was cut by length.
+            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`; hermes and
+            // qwen3_coder: `{`, `{A}{B}`, `[{A}`), saying `tool_calls` even when the
+            // output was cut by length.
             let delta = ChatDelta {
                 role: std::mem::take(&mut role),
                 ..ChatDelta::default()
@@ -1469,17 +1479,28 @@ fn free_index_calls(
 /// whether their basic JSON parse, cut JSON not closed, finds calls in it (the
 /// last chunk then says `"content":""`; live-checked: `{A}` and `[TOOL_CALLS][A] }`
 /// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
-/// `None` for other families, or once the guided value closed.
-fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
+/// hermes, qwen3_coder, default, deepseek_v3_1 and pythonic (the double finish
+/// live-checked on each): one whole bare call object, or (qwen3_coder) calls its
+/// held answer's parse finds (live-checked: `{A} hi <tool_call>…</tool_call>`; cut
+/// JSON `{"name":"f","arguments":{}` is none); hermes' blocks after the objects
+/// are its end calls. `None` for other families, or once the guided value closed.
+fn held_answer_end(spec: Option<&ChatParserSpec>, guided: &GuidedCalls) -> Option<bool> {
     if guided.closed_at().is_some() {
         return None;
     }
     let text = guided.text();
-    let calls = match family {
+    let calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
         Some("llama3_json") => basic_whole::parse_whole(text, "<|python_tag|>", false).calls,
         // Each piece after a marker read to its last bracket (`[TOOL_CALLS][A]]`
         // is no call), as its held answer is read.
         Some("mistral") => mistral_held_calls(text),
+        Some("hermes" | "default" | "deepseek_v3_1" | "pythonic") => {
+            return Some(guided.is_one_bare_call())
+        }
+        Some("qwen3_coder") => {
+            let parsed = spec.is_some_and(|s| !held_answer_calls(s, text).is_empty());
+            return Some(guided.is_one_bare_call() || parsed);
+        }
         _ => return None,
     };
     Some(!calls.is_empty())
