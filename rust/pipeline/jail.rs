@@ -780,12 +780,13 @@ impl ToolJail {
         }
     }
 
-    /// A qwen3_coder answer without calls read again whole at its end, as Dynamo's
-    /// unary aggregator does (live-checked: `ok <function=</tool_call> yes` streams
-    /// as text, its unary answer is the call `</tool_call`, content `ok `).
-    pub fn recovered_at_end(&self, text: &str) -> Option<Parsed> {
+    /// A qwen3_coder answer without calls read again whole by Dynamo's own reading
+    /// (`eof`: as at the end of output, as its unary aggregator does; live-checked:
+    /// `ok <function=</tool_call> yes` streams as text, its unary answer is the
+    /// call `</tool_call`, content `ok `).
+    pub fn recovered(&self, text: &str, eof: bool) -> Option<Parsed> {
         self.rules.bare_opener?;
-        self.xml_recovery(text.trim_end(), true)
+        self.xml_recovery(text.trim_end(), eof)
     }
 
     /// Dynamo 1.6.1's own qwen3_coder reading where the tag machine finds no call:

@@ -307,7 +307,7 @@ impl ResponseState {
                 if choice.finish_reason != Some("length") {
                     // qwen3_coder's own reading at the end finds calls the stream
                     // let out as text (`<function=</tool_call>`).
-                    if let Some(parsed) = jail.recovered_at_end(&choice.content) {
+                    if let Some(parsed) = jail.recovered(&choice.content, true) {
                         let calls = parsed.calls.into_iter().map(|c| (c.name, c.arguments));
                         answer_with_calls(choice, parsed.content, calls.collect());
                     }
@@ -1308,12 +1308,20 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         stream_arguments: false,
         ..spec.clone()
     };
+    let whole_answer = answer;
     let answer = match spec.tool_call.map(|f| f.name()) {
         Some("qwen3_coder") => closed_blocks(answer, "<tool_call>", "</tool_call>"),
         Some("deepseek_v3_1") => closed_blocks(answer, DSV31_SECTION, DSV31_SECTION_END),
         _ => answer,
     };
     let (message, _) = parse_with(answer, &tools);
+    if qwen3_coder && message.tool_calls.is_empty() {
+        // Its own reading of the held answer, blocks closed as above (live-checked,
+        // streaming: `<function=</function></tool_call>` is the call `</function`).
+        if let Some(parsed) = family_jail(spec).recovered(whole_answer, false) {
+            return numbered_calls(parsed.calls.into_iter().map(|c| (c.name, c.arguments)));
+        }
+    }
     message
         .tool_calls
         .into_iter()
@@ -1402,7 +1410,13 @@ fn reread_unary(
             (parse.calls, parse.content.unwrap_or_default())
         }
         "qwen3_coder" => {
-            let parsed = family_jail(spec).reread(answer)?;
+            // Its own reading as at the end of output when the jail's finds no call
+            // (live-checked: `<function=g><tool_call>` streams as text, is `g` here).
+            let jail = family_jail(spec);
+            let parsed = jail
+                .reread(answer)
+                .filter(|p| !p.calls.is_empty())
+                .or_else(|| jail.recovered(answer, true))?;
             let calls = parsed.calls.into_iter();
             (
                 calls.map(|c| (c.name, c.arguments)).collect(),
