@@ -639,9 +639,12 @@ impl ResponseState {
                         let spec = self.plan.parsers.as_ref().expect("a tool parser");
                         choice.jail = Some(family_jail(spec).holding_to_end());
                         choice.calls_released = taken;
+                        // hermes too (live-checked: `{A} x {B}`, `{A}{ ` are two calls).
                         choice.named_objects =
                             matches!(&self.plan.tool_choice, ToolChoiceMode::Named(_))
-                                && spec.tool_call.is_some_and(|f| f.name() == "llama3_json");
+                                && spec.tool_call.is_some_and(|f| {
+                                    matches!(f.name(), "llama3_json" | "hermes")
+                                });
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
@@ -859,8 +862,8 @@ impl ResponseState {
         sse::end_event(out);
     }
 
-    /// `emit` for a choice under the tool jail, where (llama3_json, named choice,
-    /// after its guided object) an object that opens a piece while the jail holds
+    /// `emit` for a choice under the tool jail, where (llama3_json and hermes, named
+    /// choice, after its guided object) an object that opens a piece while the jail holds
     /// nothing streams as another call to the named tool, as the guided object did,
     /// its index the next one (live-checked: `{A};{B} x {C}` is three calls with
     /// `;` and ` x ` as content; `{A}{"city":"b` streams the cut `B`; an object
