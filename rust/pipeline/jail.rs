@@ -741,7 +741,16 @@ impl ToolJail {
             },
             _ => whole,
         };
-        let (message, _) = parse_with(whole, &self.tools);
+        let (mut message, _) = parse_with(whole, &self.tools);
+        // Before the end of output Dynamo reads bare functions only once both end
+        // tags are there (live-checked: `<function=g></tool_call>` is text).
+        let bare_cut = self.rules.bare_opener.is_some()
+            && !opener_in_text
+            && reading == Reading::Streaming
+            && !(whole.contains(QWEN3_FUNCTION_END) && whole.contains(QWEN3_CLOSE));
+        if bare_cut {
+            message.tool_calls.clear();
+        }
         if message.tool_calls.is_empty() && self.rules.bare_opener.is_some() {
             if let Some(parsed) = self.xml_recovery(text.trim_end(), reading == Reading::End) {
                 return parsed;
