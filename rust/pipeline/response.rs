@@ -685,6 +685,8 @@ impl ResponseState {
         let mut finish = finish;
         // Calls were parsed and all dropped: the last chunk says `"content":""`.
         let mut emptied = false;
+        // The held answer went out as text at the end.
+        let mut released_held = false;
         if self.plan.tool_choice.forces_calls() {
             choice.answered_once |= answered;
             held |= choice.answered_once;
@@ -730,6 +732,7 @@ impl ResponseState {
                     // Unary keeps it whole only when the model stopped by itself;
                     // otherwise only the text before a start marker, if any.
                     if self.plan.stream || finish == Some("stop") {
+                        released_held = true;
                         self.delta.content = jailed;
                     } else if let Some(at) = first_start_marker(&self.plan, &jailed) {
                         self.delta.content = jailed[..at].to_owned();
@@ -808,11 +811,24 @@ impl ResponseState {
         };
         let reasoning = non_empty(&self.delta.reasoning);
         if self.delta.calls.is_empty() {
+            let mut role = role;
+            if released_held && reasoning.is_some() && text.is_some() {
+                // The step's reasoning goes out before the jail's release at the
+                // end (live-checked: `\n` + `r` held by a stop string's start).
+                let delta = ChatDelta {
+                    reasoning,
+                    role: std::mem::take(&mut role),
+                    ..ChatDelta::default()
+                };
+                sse::begin_event(out);
+                chunks::write_chat_chunk(out, &env, index, &delta, None, None, usage);
+                sse::end_event(out);
+            }
             let delta = ChatDelta {
                 content: text,
                 tool_calls: &[],
                 role,
-                reasoning,
+                reasoning: reasoning.filter(|_| !released_held || text.is_none()),
             };
             if delta.is_empty() && finish.is_none() && rendered.is_none() {
                 return;
