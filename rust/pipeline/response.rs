@@ -642,9 +642,9 @@ impl ResponseState {
                         // hermes too (live-checked: `{A} x {B}`, `{A}{ ` are two calls).
                         choice.named_objects =
                             matches!(&self.plan.tool_choice, ToolChoiceMode::Named(_))
-                                && spec.tool_call.is_some_and(|f| {
-                                    matches!(f.name(), "llama3_json" | "hermes")
-                                });
+                                && spec
+                                    .tool_call
+                                    .is_some_and(|f| matches!(f.name(), "llama3_json" | "hermes"));
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
@@ -652,15 +652,21 @@ impl ResponseState {
                     // whole answer and sends the calls at indexes the guided JSON left
                     // free (`{"n": 2}<tool_call>{A}…` adds A at 0) with the finish
                     // reason, `"content":""` once it parsed any (live-checked).
-                    let hermes = self
-                        .plan
-                        .parsers
-                        .as_ref()
-                        .and_then(|s| s.tool_call)
-                        .is_some_and(|f| f.name() == "hermes");
-                    let end_calls = (ending && called && hermes && guided.closed_at().is_none())
-                        .then(|| free_index_calls(guided, &self.delta.calls, self.plan.stream))
-                        .flatten();
+                    // qwen3_coder too, by its own parse of the held answer (live-checked:
+                    // `{A}` + two `<tool_call>` blocks adds the second block at 1).
+                    let spec = self.plan.parsers.as_ref();
+                    let parsed = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
+                        Some("hermes") => Some(None),
+                        Some("qwen3_coder") => {
+                            spec.map(|s| Some(held_answer_calls(s, guided.text())))
+                        }
+                        _ => None,
+                    };
+                    let end_calls = parsed
+                        .filter(|_| ending && called && guided.closed_at().is_none())
+                        .and_then(|parsed| {
+                            free_index_calls(guided, parsed, &self.delta.calls, self.plan.stream)
+                        });
                     if called || !ending {
                         if !self.plan.stream {
                             if let Some(calls) = end_calls {
@@ -1420,6 +1426,10 @@ fn reread_unary(
     let (calls, content): (Vec<(String, String)>, String) = match spec.tool_call?.name() {
         // Only an answer with a `<tool_call>` block: bare JSON cut short stays text
         // (live-checked: `{"name":"get_ti` under `required`).
+        "hermes" if answer.contains("<tool_call>") && !answer.contains("</tool_call>") => {
+            let parse = hermes_whole::parse_closed_whole(answer);
+            (!parse.calls.is_empty()).then_some((parse.calls, parse.content))?
+        }
         "hermes" => reread_hermes(answer)?,
         // mistral by its whole objects after the first marker, cut JSON not
         // closed (live-checked: a named choice's `[TOOL_CALLS][{A}]```json…]`,
@@ -1483,17 +1493,20 @@ fn reread_hermes(answer: &str) -> Option<(Vec<(String, String)>, String)> {
     (!parse.calls.is_empty()).then_some((parse.calls, parse.content))
 }
 
-/// Hermes' whole parse of a guided answer of bare call objects (JSON as written:
-/// an object the output leaves open is no call, live-checked): its calls at the
-/// indexes the guided JSON left free (streamed: not sent yet; unary: not among
-/// `whole`), `None` when it parsed none.
+/// The family's whole parse of a guided answer of bare call objects (`parsed`, or
+/// hermes' when `None`: JSON as written, an object the output leaves open is no
+/// call, live-checked): its calls at the indexes the guided JSON left free
+/// (streamed: not sent yet; unary: not among `whole`), `None` when it parsed none.
 fn free_index_calls(
     guided: &GuidedCalls,
+    parsed: Option<Vec<CallDelta>>,
     whole: &[CallDelta],
     stream: bool,
 ) -> Option<Vec<CallDelta>> {
-    let parse = hermes_whole::parse_whole(guided.text(), Repair::Never);
-    if parse.calls.is_empty() {
+    let calls = parsed.unwrap_or_else(|| {
+        numbered_calls(hermes_whole::parse_whole(guided.text(), Repair::Never).calls)
+    });
+    if calls.is_empty() {
         return None;
     }
     let taken = |index: usize| {
@@ -1503,7 +1516,6 @@ fn free_index_calls(
             whole.iter().any(|w| w.index == index)
         }
     };
-    let calls = numbered_calls(parse.calls);
     Some(calls.into_iter().filter(|c| !taken(c.index)).collect())
 }
 

@@ -90,6 +90,16 @@ pub fn parse_whole(text: &str, repair: Repair) -> WholeParse {
     }
 }
 
+/// A forced choice's answer with `<tool_call>` and no block closed, as Dynamo's
+/// unary aggregator reads it again: the whole text's open string and brackets
+/// closed, the text before the marker counting (a `"` there opens a string), then
+/// read with no repair (live-checked: `hi <tool_call>{"name":"x` and
+/// `"" <tool_call>{"name":"x` are the call `x`; `"<tool_call>{"name":"x`, with or
+/// without a closing `"`, stays text).
+pub fn parse_closed_whole(text: &str) -> WholeParse {
+    parse_whole(&closed(text.trim()), Repair::Never)
+}
+
 /// The trimmed insides of the closed blocks, each to the first end tag after it.
 fn blocks(mut text: &str) -> Vec<&str> {
     let mut found = Vec::new();
@@ -144,6 +154,10 @@ mod tests {
         assert_eq!(calls(r#"<tool_call>{"name":""#), one("", "{}"));
         assert!(calls(r#"<tool_call>{"name":"f","arguments":{},"#).is_empty());
         assert!(calls("<tool_call>hello").is_empty());
+        let closed_whole = |text| parse_closed_whole(text).calls;
+        assert_eq!(closed_whole(r#"hi <tool_call>{"name":"x"#), one("x", "{}"));
+        assert!(closed_whole(r#""<tool_call>{"name":"x"#).is_empty());
+        assert!(closed_whole(r#""<tool_call>{"name":"x""#).is_empty());
         // Live-checked: the whole text is read when no JSON follows the marker.
         let parse = parse_whole(r#"{"name":"a<tool_call>x"#, Repair::Unclosed);
         assert_eq!(parse.calls, one("a<tool_call>x", "{}"));
