@@ -289,8 +289,11 @@ impl ResponseState {
                     // Its hermes parse of an answer without calls (live-checked:
                     // `ok {"name":"f","parameters":{"a": "` + `</tool_call>` + `"}}`
                     // streams as text, the unary answer is the call, content `ok`).
-                    if let Some((calls, content)) = reread_hermes(&choice.content) {
-                        answer_with_calls(choice, content, calls);
+                    // Bare JSON is closed too (live-checked: a stop string's cut left
+                    // `Hello 42[{A}` as text, the unary answer is the call A).
+                    let parse = hermes_whole::parse_whole(&choice.content, Repair::Always);
+                    if !parse.calls.is_empty() {
+                        answer_with_calls(choice, parse.content, parse.calls);
                     }
                     continue;
                 }
