@@ -82,9 +82,10 @@ pub struct JailRules {
     /// `<|python_tag|>{A}}` is the call A); else the whole cut piece must parse.
     first_value_pieces: bool,
     /// Held text without a call is kept as text when no end marker closed it
-    /// and it lacks this inner marker (qwen3_coder's `<function=`: Dynamo reads
-    /// such a block as plain text).
-    unclosed_kept_without: Option<&'static str>,
+    /// and it lacks these inner markers (qwen3_coder's `<function=` and
+    /// `<parameter=`: Dynamo reads such a block as plain text; live-checked:
+    /// `<tool_call>x<parameter=y>` says nothing).
+    unclosed_kept_without: &'static [&'static str],
     /// A start marker that opens a call without the family's opener, and that
     /// opener: the reference reads the block as if the opener came first
     /// (qwen3_coder's bare `<function=`, live-checked).
@@ -162,7 +163,10 @@ impl JailRules {
             },
             mistral: name == "mistral",
             first_value_pieces: name == "llama3_json",
-            unclosed_kept_without: (name == "qwen3_coder").then_some("<function="),
+            unclosed_kept_without: match name {
+                "qwen3_coder" => &[QWEN3_FUNCTION, "<parameter="],
+                _ => &[],
+            },
             bare_opener: (name == "qwen3_coder").then_some(("<function=", "<tool_call>")),
             unique_keys: name == "qwen3_coder",
         }
@@ -746,7 +750,21 @@ impl ToolJail {
             },
             _ => whole,
         };
-        let (message, _) = parse_with(whole, &self.tools);
+        let (mut message, _) = parse_with(whole, &self.tools);
+        // Before the end of output Dynamo reads bare functions only once both end
+        // tags are there (live-checked: `<function=g></tool_call>` is text).
+        let bare_cut = self.rules.bare_opener.is_some()
+            && !opener_in_text
+            && reading == Reading::Streaming
+            && !(whole.contains(QWEN3_FUNCTION_END) && whole.contains(QWEN3_CLOSE));
+        if bare_cut {
+            message.tool_calls.clear();
+        }
+        if message.tool_calls.is_empty() && self.rules.bare_opener.is_some() {
+            if let Some(parsed) = self.xml_recovery(text.trim_end(), reading == Reading::End) {
+                return parsed;
+            }
+        }
         if message.tool_calls.is_empty()
             || (self.rules.trigger == Trigger::Json && self.bare_json_with_trailing_text(text))
             || (self.rules.trigger == Trigger::Json && self.rules.call_without_arguments(text))
@@ -778,6 +796,126 @@ impl ToolJail {
             calls,
             content: content.to_owned(),
         }
+    }
+
+    /// A qwen3_coder answer without calls read again whole by Dynamo's own reading
+    /// (`eof`: as at the end of output, as its unary aggregator does; live-checked:
+    /// `ok <function=</tool_call> yes` streams as text, its unary answer is the
+    /// call `</tool_call`, content `ok `).
+    pub fn recovered(&self, text: &str, eof: bool) -> Option<Parsed> {
+        self.rules.bare_opener?;
+        self.xml_recovery(text.trim_end(), eof)
+    }
+
+    /// Dynamo 1.6.1's own qwen3_coder reading where the tag machine finds no call:
+    /// a `<function=` outside a `<tool_call>` block (before the first one, or with
+    /// none at all) is read up to its `</function>` once both end tags are in the
+    /// text or the output is over (`eof`), a block not closed only at the end, and
+    /// a function's name runs to the first `>` (live-checked: `<function=g><tool_call>`
+    /// is the call `g`, `<function=a\n<b>` the call `a\n<b`).
+    fn xml_recovery(&self, text: &str, eof: bool) -> Option<Parsed> {
+        let mut calls = Vec::new();
+        let mut content = String::new();
+        let mut cursor = 0;
+        while cursor < text.len() {
+            let next = text[cursor..].find(QWEN3_OPEN).map(|at| cursor + at);
+            let gap = &text[cursor..next.unwrap_or(text.len())];
+            let inner = gap.find(QWEN3_FUNCTION).filter(|&at| {
+                eof || (gap[at..].contains(QWEN3_FUNCTION_END) && gap[at..].contains(QWEN3_CLOSE))
+            });
+            let found = inner.map_or_else(Vec::new, |at| self.function_blocks(&gap[at..]));
+            if calls.is_empty() {
+                let said = if found.is_empty() {
+                    gap.len()
+                } else {
+                    inner.unwrap_or(0)
+                };
+                content.push_str(&gap[..said]);
+            }
+            calls.extend(found);
+            let Some(start) = next else { break };
+            match text[start..].find(QWEN3_CLOSE) {
+                Some(end) => {
+                    let end = start + end + QWEN3_CLOSE.len();
+                    calls.extend(self.function_blocks(&text[start..end]));
+                    cursor = end;
+                }
+                None => {
+                    let block = &text[start..];
+                    let looks_like_call =
+                        block.contains(QWEN3_FUNCTION) || block.contains("<parameter=");
+                    if eof && looks_like_call {
+                        calls.extend(self.function_blocks(block));
+                    } else if calls.is_empty() && !looks_like_call {
+                        content.push_str(block);
+                    }
+                    break;
+                }
+            }
+        }
+        if calls.is_empty() {
+            return None;
+        }
+        Some(Parsed {
+            calls: numbered(calls),
+            content,
+        })
+    }
+
+    /// The `<function=NAME>BODY</function>` calls in `block` as Dynamo's pattern
+    /// finds them: NAME up to the first `>` (trimmed, quotes dropped), BODY up to
+    /// `</function>` or the end; a call cut inside its last parameter's value is
+    /// dropped.
+    fn function_blocks(&self, block: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while let Some(at) = block[pos..].find(QWEN3_FUNCTION) {
+            let head = pos + at + QWEN3_FUNCTION.len();
+            let Some(gt) = block[head..].find('>') else {
+                break;
+            };
+            if gt == 0 {
+                pos += at + 1;
+                continue;
+            }
+            let body_start = head + gt + 1;
+            let (body, terminated) = match block[body_start..].find(QWEN3_FUNCTION_END) {
+                Some(end) => {
+                    pos = body_start + end + QWEN3_FUNCTION_END.len();
+                    (&block[body_start..body_start + end], true)
+                }
+                None => {
+                    pos = block.len();
+                    (&block[body_start..], false)
+                }
+            };
+            let name = strip_quotes(block[head..head + gt].trim());
+            let cut = !terminated
+                && body.rfind("<parameter=").is_some_and(|p| {
+                    !body[p..].contains("</parameter>") && !body[p..].contains(QWEN3_CLOSE)
+                });
+            if name.is_empty() || cut {
+                continue;
+            }
+            if let Some(arguments) = self.function_arguments(name, body) {
+                out.push((name.to_owned(), arguments));
+            }
+        }
+        out
+    }
+
+    /// A function body's parameters as the tag machine reads them in a block of
+    /// its own (a name with markup in it is no declared tool: its values untyped).
+    fn function_arguments(&self, name: &str, body: &str) -> Option<String> {
+        if !body.contains("<parameter=") {
+            return Some("{}".to_owned());
+        }
+        let label = if name.contains('<') { "_" } else { name };
+        let block =
+            format!("{QWEN3_OPEN}{QWEN3_FUNCTION}{label}>{body}{QWEN3_FUNCTION_END}{QWEN3_CLOSE}");
+        let (message, _) = parse_with(&block, &self.tools);
+        let [call] = <[ToolCall; 1]>::try_from(message.tool_calls).ok()?;
+        Some(last_value_per_key(&call.arguments).unwrap_or(call.arguments))
     }
 
     /// Dynamo's basic JSON parse (llama3_json). Without calls: a bare list
@@ -849,16 +987,18 @@ impl ToolJail {
     /// text, and the jail then releases all it held: mistral's
     /// `{"city":…}[TOOL_CALLS]f[ARGS]{…}`).
     fn no_calls(&self, text: &str) -> Parsed {
-        let read_as_text = self.rules.unclosed_kept_without.is_some_and(|inner| {
-            !text.contains(inner) && !self.rules.ends.iter().any(|end| text.contains(end))
-        }) || self
-            .rules
-            .bare_opener
-            // Held text a bare `<function=` opened that gives no call is text too
-            // (live-checked, qwen3_coder: `<function=` says `<function=`,
-            // `<function=x<tool_call>\n<` and `<function=<tool_call><function=f>`
-            // at the end go out whole; `<tool_call><function=` says nothing).
-            .is_some_and(|(bare, _)| text.starts_with(bare));
+        let kept_without = self.rules.unclosed_kept_without;
+        let read_as_text = (!kept_without.is_empty()
+            && !kept_without.iter().any(|inner| text.contains(inner))
+            && !self.rules.ends.iter().any(|end| text.contains(end)))
+            || self
+                .rules
+                .bare_opener
+                // Held text a bare `<function=` opened that gives no call is text too
+                // (live-checked, qwen3_coder: `<function=` says `<function=`,
+                // `<function=x<tool_call>\n<` and `<function=<tool_call><function=f>`
+                // at the end go out whole; `<tool_call><function=` says nothing).
+                .is_some_and(|(bare, _)| text.starts_with(bare));
         let kept_whole = read_as_text
             || (self.rules.trigger == Trigger::Json && self.rules.says_text_before(text));
         let marked = self.rules.has_start(text) && !kept_whole;
@@ -906,6 +1046,23 @@ fn parse_mistral(text: &str, reading: Reading) -> Parsed {
     Parsed {
         calls: numbered(calls),
         content: normal,
+    }
+}
+
+const QWEN3_OPEN: &str = "<tool_call>";
+const QWEN3_CLOSE: &str = "</tool_call>";
+const QWEN3_FUNCTION: &str = "<function=";
+const QWEN3_FUNCTION_END: &str = "</function>";
+
+/// A name between matching quotes loses them (Dynamo's XML parsers).
+fn strip_quotes(name: &str) -> &str {
+    let quoted = name.len() >= 2
+        && ((name.starts_with('"') && name.ends_with('"'))
+            || (name.starts_with('\'') && name.ends_with('\'')));
+    if quoted {
+        &name[1..name.len() - 1]
+    } else {
+        name
     }
 }
 

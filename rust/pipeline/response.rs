@@ -293,8 +293,11 @@ impl ResponseState {
                     // Its hermes parse of an answer without calls (live-checked:
                     // `ok {"name":"f","parameters":{"a": "` + `</tool_call>` + `"}}`
                     // streams as text, the unary answer is the call, content `ok`).
-                    if let Some((calls, content)) = reread_hermes(&choice.content) {
-                        answer_with_calls(choice, content, calls);
+                    // Bare JSON is closed too (live-checked: a stop string's cut left
+                    // `Hello 42[{A}` as text, the unary answer is the call A).
+                    let parse = hermes_whole::parse_whole(&choice.content, Repair::Always);
+                    if !parse.calls.is_empty() {
+                        answer_with_calls(choice, parse.content, parse.calls);
                     }
                     continue;
                 }
@@ -309,6 +312,12 @@ impl ResponseState {
                     }
                 }
                 if choice.finish_reason != Some("length") {
+                    // qwen3_coder's own reading at the end finds calls the stream
+                    // let out as text (`<function=</tool_call>`).
+                    if let Some(parsed) = jail.recovered(&choice.content, true) {
+                        let calls = parsed.calls.into_iter().map(|c| (c.name, c.arguments));
+                        answer_with_calls(choice, parsed.content, calls.collect());
+                    }
                     continue;
                 }
                 if let Some(parsed) = jail.reread(&choice.content) {
@@ -633,24 +642,25 @@ impl ResponseState {
                         let spec = self.plan.parsers.as_ref().expect("a tool parser");
                         choice.jail = Some(family_jail(spec).holding_to_end());
                         choice.calls_released = taken;
+                        // hermes too (live-checked: `{A} x {B}`, `{A}{ ` are two calls).
                         choice.named_objects =
                             matches!(&self.plan.tool_choice, ToolChoiceMode::Named(_))
-                                && spec
-                                    .tool_call
-                                    .is_some_and(|f| matches!(f.name(), "llama3_json" | "mistral"));
+                                && spec.tool_call.is_some_and(|f| {
+                                    matches!(f.name(), "llama3_json" | "mistral" | "hermes")
+                                });
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
                     // Guided JSON that never closed (bare call objects; hermes,
-                    // llama3_json, mistral): Dynamo also parses the whole answer and
-                    // sends the calls at indexes the guided JSON left free
-                    // (`{"n": 2}<tool_call>{A}…` adds A at 0) with the finish reason,
-                    // `"content":""` once it parsed any (live-checked).
-                    let family = self.plan.parsers.as_ref().and_then(|s| s.tool_call);
+                    // llama3_json, mistral, pythonic, qwen3_coder): Dynamo also parses
+                    // the whole answer and sends the calls at indexes the guided JSON
+                    // left free (`{"n": 2}<tool_call>{A}…` adds A at 0; qwen3_coder: `{A}`
+                    // + two `<tool_call>` blocks adds the second block at 1) with the
+                    // finish reason, `"content":""` once it parsed any (live-checked).
+                    let spec = self.plan.parsers.as_ref();
                     let end_calls = (ending && called && guided.closed_at().is_none())
                         .then(|| {
-                            let family = family.map(|f| f.name());
-                            free_index_calls(family, guided, &self.delta.calls, self.plan.stream)
+                            free_index_calls(spec, guided, &self.delta.calls, self.plan.stream)
                         })
                         .flatten();
                     if called || !ending {
@@ -677,6 +687,8 @@ impl ResponseState {
         let mut finish = finish;
         // Calls were parsed and all dropped: the last chunk says `"content":""`.
         let mut emptied = false;
+        // The held answer went out as text at the end.
+        let mut released_held = false;
         if self.plan.tool_choice.forces_calls() {
             choice.answered_once |= answered;
             held |= choice.answered_once;
@@ -722,6 +734,7 @@ impl ResponseState {
                     // Unary keeps it whole only when the model stopped by itself;
                     // otherwise only the text before a start marker, if any.
                     if self.plan.stream || finish == Some("stop") {
+                        released_held = true;
                         self.delta.content = jailed;
                     } else if let Some(at) = first_start_marker(&self.plan, &jailed) {
                         self.delta.content = jailed[..at].to_owned();
@@ -800,11 +813,24 @@ impl ResponseState {
         };
         let reasoning = non_empty(&self.delta.reasoning);
         if self.delta.calls.is_empty() {
+            let mut role = role;
+            if released_held && reasoning.is_some() && text.is_some() {
+                // The step's reasoning goes out before the jail's release at the
+                // end (live-checked: `\n` + `r` held by a stop string's start).
+                let delta = ChatDelta {
+                    reasoning,
+                    role: std::mem::take(&mut role),
+                    ..ChatDelta::default()
+                };
+                sse::begin_event(out);
+                chunks::write_chat_chunk(out, &env, index, &delta, None, None, usage);
+                sse::end_event(out);
+            }
             let delta = ChatDelta {
                 content: text,
                 tool_calls: &[],
                 role,
-                reasoning,
+                reasoning: reasoning.filter(|_| !released_held || text.is_none()),
             };
             if delta.is_empty() && finish.is_none() && rendered.is_none() {
                 return;
@@ -854,8 +880,8 @@ impl ResponseState {
         sse::end_event(out);
     }
 
-    /// `emit` for a choice under the tool jail, where (llama3_json, named choice,
-    /// after its guided object) an object that opens a piece while the jail holds
+    /// `emit` for a choice under the tool jail, where (llama3_json and hermes, named
+    /// choice, after its guided object) an object that opens a piece while the jail holds
     /// nothing streams as another call to the named tool, as the guided object did,
     /// its index the next one (live-checked: `{A};{B} x {C}` is three calls with
     /// `;` and ` x ` as content; `{A}{"city":"b` streams the cut `B`; an object
@@ -952,11 +978,10 @@ impl ResponseState {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
         let index = choice.index;
-        let family = self.plan.parsers.as_ref().and_then(|s| s.tool_call);
         let held_to_end = choice
             .guided
             .as_ref()
-            .and_then(|g| held_answer_end(family.map(|f| f.name()), g));
+            .and_then(|g| held_answer_end(self.plan.parsers.as_ref(), g));
         let says_empty = match held_to_end {
             Some(parsed) => parsed,
             None => choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call()),
@@ -990,8 +1015,9 @@ impl ResponseState {
             // With a usage chunk to come, the answer the reference still held at
             // the end (guided JSON that never closed) is released after a bare
             // finish chunk, as the jail's end-of-output release is (live-checked,
-            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`), saying
-            // `tool_calls` even when the output was cut by length.
+            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`; hermes and
+            // qwen3_coder: `{`, `{A}{B}`, `[{A}`), saying `tool_calls` even when the
+            // output was cut by length.
             let delta = ChatDelta {
                 role: std::mem::take(&mut role),
                 ..ChatDelta::default()
@@ -1309,11 +1335,19 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         stream_arguments: false,
         ..spec.clone()
     };
+    let whole_answer = answer;
     let answer = match spec.tool_call.map(|f| f.name()) {
         Some("qwen3_coder") => closed_blocks(answer, "<tool_call>", "</tool_call>"),
         _ => answer,
     };
     let (message, _) = parse_with(answer, &tools);
+    if qwen3_coder && message.tool_calls.is_empty() {
+        // Its own reading of the held answer, blocks closed as above (live-checked,
+        // streaming: `<function=</function></tool_call>` is the call `</function`).
+        if let Some(parsed) = family_jail(spec).recovered(whole_answer, false) {
+            return numbered_calls(parsed.calls.into_iter().map(|c| (c.name, c.arguments)));
+        }
+    }
     message
         .tool_calls
         .into_iter()
@@ -1391,6 +1425,10 @@ fn reread_unary(
     let (calls, content): (Vec<(String, String)>, String) = match spec.tool_call?.name() {
         // Only an answer with a `<tool_call>` block: bare JSON cut short stays text
         // (live-checked: `{"name":"get_ti` under `required`).
+        "hermes" if answer.contains("<tool_call>") && !answer.contains("</tool_call>") => {
+            let parse = hermes_whole::parse_closed_whole(answer);
+            (!parse.calls.is_empty()).then_some((parse.calls, parse.content))?
+        }
         "hermes" => reread_hermes(answer)?,
         // mistral by its whole objects after the first marker, cut JSON not
         // closed (live-checked: a named choice's `[TOOL_CALLS][{A}]```json…]`,
@@ -1400,7 +1438,13 @@ fn reread_unary(
             (parse.calls, parse.content.unwrap_or_default())
         }
         "qwen3_coder" => {
-            let parsed = family_jail(spec).reread(answer)?;
+            // Its own reading as at the end of output when the jail's finds no call
+            // (live-checked: `<function=g><tool_call>` streams as text, is `g` here).
+            let jail = family_jail(spec);
+            let parsed = jail
+                .reread(answer)
+                .filter(|p| !p.calls.is_empty())
+                .or_else(|| jail.recovered(answer, true))?;
             let calls = parsed.calls.into_iter();
             (
                 calls.map(|c| (c.name, c.arguments)).collect(),
@@ -1444,22 +1488,25 @@ fn reread_hermes(answer: &str) -> Option<(Vec<(String, String)>, String)> {
 
 /// The end parse of a guided answer that never closed, as the family reads it
 /// (hermes: JSON as written, an object the output leaves open is no call;
-/// llama3_json and mistral: their basic JSON parse, cut JSON not closed; all
-/// live-checked): its calls at the indexes the guided JSON left free (streamed: not
-/// sent yet; unary: not among `whole`), `None` when it parsed none or the family
-/// has no such parse here.
+/// llama3_json and mistral: their basic JSON parse, cut JSON not closed;
+/// qwen3_coder and pythonic: their held answer's parse; all live-checked): its
+/// calls at the indexes the guided JSON left free (streamed: not sent yet; unary:
+/// not among `whole`), `None` when it parsed none or the family has no such parse.
 fn free_index_calls(
-    family: Option<&str>,
+    spec: Option<&ChatParserSpec>,
     guided: &GuidedCalls,
     whole: &[CallDelta],
     stream: bool,
 ) -> Option<Vec<CallDelta>> {
     let text = guided.text();
-    let calls = match family {
-        Some("hermes") => hermes_whole::parse_whole(text, Repair::Never).calls,
-        Some("llama3_json") => basic_whole::parse_whole(text, "<|python_tag|>", false).calls,
-        Some("mistral") => mistral_held_calls(text),
-        Some("pythonic") => pythonic_held_calls(text),
+    let calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
+        Some("hermes") => numbered_calls(hermes_whole::parse_whole(text, Repair::Never).calls),
+        Some("llama3_json") => {
+            numbered_calls(basic_whole::parse_whole(text, "<|python_tag|>", false).calls)
+        }
+        Some("mistral") => numbered_calls(mistral_held_calls(text)),
+        Some("pythonic") => numbered_calls(pythonic_held_calls(text)),
+        Some("qwen3_coder") => held_answer_calls(spec?, text),
         _ => return None,
     };
     if calls.is_empty() {
@@ -1472,23 +1519,27 @@ fn free_index_calls(
             whole.iter().any(|w| w.index == index)
         }
     };
-    let calls = numbered_calls(calls);
     Some(calls.into_iter().filter(|c| !taken(c.index)).collect())
 }
 
 /// A forced choice's guided answer that never closed (bare call objects, mistral's
-/// `[TOOL_CALLS][…]`), as llama3_json, mistral, pythonic and deepseek_v3_1 read it
-/// at the end of output: whether their parse (the basic JSON one, cut JSON not
-/// closed, for the first three) finds calls in it (the
-/// last chunk then says `"content":""`; live-checked: `{A}` and `[TOOL_CALLS][A] }`
-/// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
-/// `None` for other families, or once the guided value closed.
-fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
+/// `[TOOL_CALLS][…]`), held to the end of output: `Some` when the reference then
+/// sends a bare finish chunk before a usage chunk (live-checked on every family
+/// here), holding whether the last chunk says `"content":""`, which is whether
+/// the family's end parse finds calls in it. llama3_json, mistral, pythonic: the
+/// basic JSON parse, cut JSON not closed (`{A}` and `[TOOL_CALLS][A] }` do, `{A} hi`,
+/// `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not; pythonic's own
+/// parse first); deepseek_v3_1: trailing call objects, then its own parse; hermes,
+/// default: one whole bare call object; qwen3_coder: that, or calls its held
+/// answer's parse finds (`{A} hi <tool_call>…</tool_call>`; cut JSON
+/// `{"name":"f","arguments":{}` is none). `None` for other families, or once the
+/// guided value closed.
+fn held_answer_end(spec: Option<&ChatParserSpec>, guided: &GuidedCalls) -> Option<bool> {
     if guided.closed_at().is_some() {
         return None;
     }
     let text = guided.text();
-    let calls = match family {
+    let calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
         Some("llama3_json") => basic_whole::parse_whole(text, "<|python_tag|>", false).calls,
         // Each piece after a marker read to its last bracket (`[TOOL_CALLS][A]]`
         // is no call), as its held answer is read.
@@ -1501,6 +1552,11 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         Some("deepseek_v3_1") => {
             let json = trailing_json_calls(text).is_some_and(|calls| !calls.is_empty());
             return Some(json || !dsv31_whole::parse_whole(text, false).calls.is_empty());
+        }
+        Some("hermes" | "default") => return Some(guided.is_one_bare_call()),
+        Some("qwen3_coder") => {
+            let parsed = spec.is_some_and(|s| !held_answer_calls(s, text).is_empty());
+            return Some(guided.is_one_bare_call() || parsed);
         }
         _ => return None,
     };

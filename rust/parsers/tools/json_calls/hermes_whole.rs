@@ -6,7 +6,8 @@
 //!   inside a JSON string (`{"tz": "a</tool_call>` is then a broken block); one
 //!   block is read as it is, several as the JSON list of them;
 //! - no block closed: the text after the first `<tool_call>`, when it starts like
-//!   JSON, is read;
+//!   JSON, is read; else the whole text is the JSON, and with a call its content
+//!   too (`{"name":"` + `<tool_call>` closed is the call `<tool_call>`);
 //! - no `<tool_call>`: the JSON from the first `{` or `[` to the end;
 //! - JSON that does not parse is read again closed (open string, lists and
 //!   objects: `{"tz":"P` → `{"tz":"P"}`) as [`Repair`] says: never where the jail
@@ -45,12 +46,18 @@ pub enum Repair {
 /// Parse `text` as Dynamo's hermes parser does (no calls: an empty list).
 pub fn parse_whole(text: &str, repair: Repair) -> WholeParse {
     let text = text.trim();
+    let mut said_whole = false;
     let (content, json, closable) = match text.find(START) {
         Some(at) => {
             let blocks = blocks(&text[at..]);
             let content = text[..at].trim();
+            let tail = text[at + START.len()..].trim();
             match blocks.as_slice() {
-                [] => (content, text[at + START.len()..].trim().to_owned(), true),
+                [] if tail.starts_with(['{', '[']) => (content, tail.to_owned(), true),
+                [] => {
+                    said_whole = true;
+                    (content, text.to_owned(), true)
+                }
                 [one] => (content, (*one).to_owned(), false),
                 many => (content, format!("[{}]", many.join(",")), false),
             }
@@ -73,9 +80,24 @@ pub fn parse_whole(text: &str, repair: Repair) -> WholeParse {
             .unwrap_or_default()
     };
     WholeParse {
+        content: if said_whole && !calls.is_empty() {
+            text
+        } else {
+            content
+        }
+        .to_owned(),
         calls,
-        content: content.to_owned(),
     }
+}
+
+/// A forced choice's answer with `<tool_call>` and no block closed, as Dynamo's
+/// unary aggregator reads it again: the whole text's open string and brackets
+/// closed, the text before the marker counting (a `"` there opens a string), then
+/// read with no repair (live-checked: `hi <tool_call>{"name":"x` and
+/// `"" <tool_call>{"name":"x` are the call `x`; `"<tool_call>{"name":"x`, with or
+/// without a closing `"`, stays text).
+pub fn parse_closed_whole(text: &str) -> WholeParse {
+    parse_whole(&closed(text.trim()), Repair::Never)
 }
 
 /// The trimmed insides of the closed blocks, each to the first end tag after it.
@@ -132,6 +154,14 @@ mod tests {
         assert_eq!(calls(r#"<tool_call>{"name":""#), one("", "{}"));
         assert!(calls(r#"<tool_call>{"name":"f","arguments":{},"#).is_empty());
         assert!(calls("<tool_call>hello").is_empty());
+        let closed_whole = |text| parse_closed_whole(text).calls;
+        assert_eq!(closed_whole(r#"hi <tool_call>{"name":"x"#), one("x", "{}"));
+        assert!(closed_whole(r#""<tool_call>{"name":"x"#).is_empty());
+        assert!(closed_whole(r#""<tool_call>{"name":"x""#).is_empty());
+        // Live-checked: the whole text is read when no JSON follows the marker.
+        let parse = parse_whole(r#"{"name":"a<tool_call>x"#, Repair::Unclosed);
+        assert_eq!(parse.calls, one("a<tool_call>x", "{}"));
+        assert_eq!(parse.content, r#"{"name":"a<tool_call>x"#);
     }
 
     #[test]

@@ -568,8 +568,19 @@ impl TaggedParser {
             value = value.strip_prefix('\n').unwrap_or(value);
             value = value.strip_suffix('\n').unwrap_or(value);
         }
+        let qwen3_boolean = self.dynamo_qwen3() && key_type.kind == ValueKind::Boolean;
         let fragment = &mut self.fragment;
         let style = self.tools.json_style();
+        // Dynamo's Qwen3-Coder reads a declared boolean as `true` only when the text
+        // says so (any case); any other text but `null` is `false` (live-checked:
+        // a `metric` value holding markup is `false`).
+        let lower = value.to_lowercase();
+        if qwen3_boolean && lower != "null" {
+            fragment.push_str(if lower == "true" { "true" } else { "false" });
+            sink.arguments(fragment);
+            self.value.clear();
+            return;
+        }
         match self.typing {
             ValueTyping::Text => write_json_str(value, fragment),
             ValueTyping::Json => match serde_json::from_str::<serde_json::Value>(value.trim()) {
