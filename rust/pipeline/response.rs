@@ -985,7 +985,7 @@ impl ResponseState {
             // With a usage chunk to come, the answer the reference still held at
             // the end (guided JSON that never closed) is released after a bare
             // finish chunk, as the jail's end-of-output release is (live-checked,
-            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`), saying
+            // llama3_json, mistral, `default`: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`), saying
             // `tool_calls` even when the output was cut by length.
             let delta = ChatDelta {
                 role: std::mem::take(&mut role),
@@ -1075,8 +1075,8 @@ impl ResponseState {
                 released: false,
             });
         }
-        if finish.is_some() && !held {
-            terminal_whitespace_dropped(&mut parts, calls_before, finish);
+        if finish.is_some() {
+            terminal_whitespace_dropped(&mut parts, calls_before, finish, held);
         }
         if let Some(parsed) = finalized {
             // With a usage chunk to come, the reference's last frame passes the
@@ -1187,10 +1187,14 @@ impl ResponseState {
 /// dropped (live-checked, mistral: ` ` left by a stop string after the calls
 /// makes a bare finish chunk, and no trailing space in the unary answer); the
 /// finish reason then goes on the last part left, or on a bare chunk of its own.
+/// With text still `held`, none of them keeps it: the release at the end of
+/// output carries it (live-checked, `default`: ` <` cut by a stop string sends
+/// ` ` without a finish reason, then `<` with it).
 fn terminal_whitespace_dropped(
     parts: &mut Vec<JailedPart>,
     calls_before: bool,
     finish: Option<&'static str>,
+    held: bool,
 ) {
     let mut saw_calls = calls_before;
     let before = parts.len();
@@ -1201,11 +1205,14 @@ fn terminal_whitespace_dropped(
             || part.reasoning.is_some()
             || !part.content.as_deref().is_some_and(|c| c.trim().is_empty())
     });
-    if parts.len() == before {
+    if parts.len() == before && !held {
         return;
     }
     for part in parts.iter_mut() {
         part.finish = None;
+    }
+    if held {
+        return;
     }
     match parts.last_mut() {
         Some(last) => last.finish = finish,
@@ -1245,9 +1252,10 @@ fn family_jail(spec: &ChatParserSpec) -> ToolJail {
 /// qwen3_coder) a `<tool_call>` block the output ends inside is no call.
 fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
     let whole = match spec.tool_call.map(|f| f.name()) {
-        // Dynamo's `default` parse at the end of output (live-checked:
-        // `<|python_tag|>{A}\n{B}` is the call A).
-        Some("default") => Some(default_whole::parse_whole(answer, Reading::End).calls),
+        // Dynamo's bare JSON reading, else its `default` parse, both without the
+        // end of output's repair (live-checked: `<|python_tag|>{A}\n{B}` is the
+        // call A; `{"name":"f","parameters":"` stays text).
+        Some("default") => Some(default_held_calls(answer)),
         // Its pythonic parse: `days=-2` is no literal, a list that is not valid
         // Python (`[f(a='x')][g()]`) gives no call. Without a call, its basic JSON
         // parse, JSON cut short not closed (live-checked: `k{A}` and `k [{A},{B}]`
@@ -1372,8 +1380,8 @@ fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
 /// hermes by its whole parse (`hi <tool_call>{"name":"get_ti` is the call `get_ti`
 /// with `{}` and the content `hi`), deepseek_v3_1 by its parser, an unclosed
 /// section too, the content the text before the section as written (`hi `);
-/// mistral by its whole objects after the marker. A
-/// named choice keeps the text when no call to its tool is read.
+/// mistral by its whole objects after the marker; `default` by its end-of-output
+/// parse. A named choice keeps the text when no call to its tool is read.
 fn reread_unary(
     plan: &ResponsePlan,
     answer: &str,
@@ -1390,6 +1398,14 @@ fn reread_unary(
         "mistral" => {
             let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
             (parse.calls, parse.content.unwrap_or_default())
+        }
+        // `default` by its end-of-output parse once a start marker is in the answer
+        // (live-checked: `x <|python_tag|>{"name":"f","arguments":{"a":"b`, text in
+        // the stream, is f with `{"a":"b"}` and the content `x`; bare
+        // `{"name":"f","arguments":"` stays text).
+        "default" if default_whole::STARTS.iter().any(|m| answer.contains(m)) => {
+            let parse = default_whole::parse_whole(answer, Reading::End);
+            (parse.calls, parse.content)
         }
         "qwen3_coder" => {
             let parsed = family_jail(spec).reread(answer)?;
@@ -1465,7 +1481,7 @@ fn free_index_calls(
 }
 
 /// A forced choice's guided answer that never closed (bare call objects, mistral's
-/// `[TOOL_CALLS][…]`), as llama3_json and mistral read it at the end of output:
+/// `[TOOL_CALLS][…]`), as llama3_json, mistral and `default` read it at the end of output:
 /// whether their basic JSON parse, cut JSON not closed, finds calls in it (the
 /// last chunk then says `"content":""`; live-checked: `{A}` and `[TOOL_CALLS][A] }`
 /// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
@@ -1480,9 +1496,23 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         // Each piece after a marker read to its last bracket (`[TOOL_CALLS][A]]`
         // is no call), as its held answer is read.
         Some("mistral") => mistral_held_calls(text),
+        // Live-checked: `{"name":"","parameters":{` and a named `{` make the bare
+        // finish chunk too.
+        Some("default") => default_held_calls(text),
         _ => return None,
     };
     Some(!calls.is_empty())
+}
+
+/// `default`'s reading of a forced choice's held answer: Dynamo's bare JSON
+/// reading, else its `default` parse, both without the end of output's repair.
+fn default_held_calls(answer: &str) -> Vec<(String, String)> {
+    let bare = default_whole::bare_calls(answer);
+    if bare.is_empty() {
+        default_whole::parse_whole(answer, Reading::Streaming).calls
+    } else {
+        bare
+    }
 }
 
 /// mistral's reading of a forced choice's held answer: each piece after a

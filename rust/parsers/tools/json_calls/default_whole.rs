@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 use super::cut_json_piece;
 use super::in_content::closed;
 
-const STARTS: [&str; 2] = ["<TOOLCALL>", "<|python_tag|>"];
+pub const STARTS: [&str; 2] = ["<TOOLCALL>", "<|python_tag|>"];
 const END: &str = "</TOOLCALL>";
 
 /// When the parse runs: the jail's check for its end while output still comes,
@@ -212,6 +212,18 @@ pub fn json_after_marker(text: &str) -> bool {
                 || (piece.starts_with(['{', '[']) && closed(piece) == piece)
         })
     })
+}
+
+/// Dynamo's bare-JSON reading of a forced tool choice's answer (its parse with no
+/// start marker and no repair): the text from its first `{` or `[` on, read
+/// whole, gives the calls (a `required` answer cut short, `{"name":"f",
+/// "parameters":"`, gives none).
+pub fn bare_calls(text: &str) -> Vec<(String, String)> {
+    let trimmed = text.trim();
+    trimmed
+        .find(['{', '['])
+        .and_then(|at| calls_in(trimmed[at..].trim(), true))
+        .unwrap_or_default()
 }
 
 /// The calls in `json`: one call object, or a list's elements that are calls
