@@ -631,7 +631,9 @@ impl ResponseState {
                         choice.calls_released = taken;
                         choice.named_objects =
                             matches!(&self.plan.tool_choice, ToolChoiceMode::Named(_))
-                                && spec.tool_call.is_some_and(|f| f.name() == "llama3_json");
+                                && spec
+                                    .tool_call
+                                    .is_some_and(|f| matches!(f.name(), "llama3_json" | "default"));
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
