@@ -1405,7 +1405,11 @@ fn reread_unary(
         // (live-checked: `x <|python_tag|>{"name":"f","arguments":{"a":"b`, text in
         // the stream, is f with `{"a":"b"}` and the content `x`; bare
         // `{"name":"f","arguments":"` stays text).
-        "default" if default_whole::STARTS.iter().any(|m| answer.contains(m)) => {
+        "default"
+            if default_whole::STARTS
+                .iter()
+                .any(|m| unquoted_marker(answer, m)) =>
+        {
             let parse = default_whole::parse_whole(answer, Reading::End);
             (parse.calls, parse.content)
         }
@@ -1441,6 +1445,62 @@ fn reread_unary(
             .filter(|(name, _)| named.map_or(true, |n| n == name)),
     );
     (!calls.is_empty()).then_some((calls, content))
+}
+
+/// Whether `marker` stands in `text` outside a quoted span, as Dynamo's unary
+/// aggregator looks for a native marker before it reads a forced choice's
+/// answer again (live-checked: `"<TOOLCALL>{…` stays text). A `"`, `'` or `` ` ``
+/// opens a span only when the same quote, unescaped, comes later; a `'` after
+/// a letter or digit, or before one with no `'` later, is an apostrophe, and
+/// one between two letters or digits never ends a span.
+fn unquoted_marker(text: &str, marker: &str) -> bool {
+    const QUOTES: [char; 3] = ['"', '\'', '`'];
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let alnum = |i: Option<usize>| {
+        i.and_then(|i| chars.get(i))
+            .is_some_and(|(_, c)| c.is_alphanumeric())
+    };
+    let internal = |i: usize| alnum(i.checked_sub(1)) && alnum(Some(i + 1));
+    // later[i][q]: an unescaped QUOTES[q] stands at i or after.
+    let mut later = vec![[false; 3]; chars.len() + 2];
+    for i in (0..chars.len()).rev() {
+        let c = chars[i].1;
+        later[i] = if c == '\\' {
+            later[i + 2]
+        } else {
+            let mut next = later[i + 1];
+            if let Some(q) = QUOTES.iter().position(|&q| q == c) {
+                next[q] |= !(c == '\'' && internal(i));
+            }
+            next
+        };
+    }
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, &(offset, c)) in chars.iter().enumerate() {
+        if let Some(open) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == open && !(open == '\'' && internal(i)) {
+                quote = None;
+            }
+            continue;
+        }
+        let apostrophe =
+            c == '\'' && (alnum(i.checked_sub(1)) || (alnum(Some(i + 1)) && !later[i + 1][1]));
+        if let Some(q) = QUOTES.iter().position(|&q| q == c) {
+            if !apostrophe && later[i + 1][q] {
+                quote = Some(c);
+                continue;
+            }
+        }
+        if text[offset..].starts_with(marker) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Dynamo's unary aggregator's hermes parse of an answer the stream let out
