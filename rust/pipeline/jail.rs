@@ -442,7 +442,8 @@ impl ToolJail {
             // Dynamo checks a jail's end on the piece a marker opens it, but not
             // on text after a jail's end that opens another (its trailing-text
             // path; followed for `default`).
-            if !self.to_end && !(after_end && self.rules.default_whole) {
+            let unchecked = after_end && self.rules.default_whole;
+            if !self.to_end && !unchecked {
                 self.try_end(out);
             }
         } else if let Some(at) = self.rules.partial_suffix(&combined) {
@@ -1220,7 +1221,16 @@ fn brackets_closed(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::last_value_per_key;
+    use super::{default_end_position, last_value_per_key};
+
+    #[test]
+    fn a_default_jail_ends_after_its_consecutive_blocks() {
+        let two = "<TOOLCALL>[a]</TOOLCALL> \n<TOOLCALL>[b]</TOOLCALL> x";
+        assert_eq!(default_end_position(two), two.len() - 2);
+        let text_between = "<TOOLCALL>[a]</TOOLCALL> x <TOOLCALL>[b]</TOOLCALL>";
+        assert_eq!(default_end_position(text_between), 24);
+        assert_eq!(default_end_position("<|python_tag|>{} x"), 18);
+    }
 
     #[test]
     fn a_repeated_key_keeps_its_first_place_and_last_value() {

@@ -1783,3 +1783,18 @@ fn completion_choices<'a>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::unquoted_marker;
+
+    #[test]
+    fn a_marker_in_a_closed_quote_is_prose() {
+        assert!(unquoted_marker("x <TOOLCALL>{", "<TOOLCALL>"));
+        assert!(!unquoted_marker(r#""<TOOLCALL>{"a":"#, "<TOOLCALL>"));
+        // A quote that never closes quotes nothing; an apostrophe is no quote.
+        assert!(unquoted_marker(r#"" <TOOLCALL>"#, "<TOOLCALL>"));
+        assert!(unquoted_marker("it's <TOOLCALL> 'x'", "<TOOLCALL>"));
+        assert!(!unquoted_marker("'<TOOLCALL>' ok", "<TOOLCALL>"));
+    }
+}
