@@ -476,6 +476,20 @@ impl ToolJail {
         if held.is_empty() {
             return None;
         }
+        if self.to_end && self.rules.default_whole {
+            // After guided JSON, Dynamo's forced-choice finalize reads what it held
+            // (no repair; calls say no content; live-checked: `<TOOLCALL>[{A},
+            // {"name":"` after a guided list stays text).
+            let calls = default_whole::forced_calls(&held);
+            return Some(Parsed {
+                content: if calls.is_empty() {
+                    held
+                } else {
+                    String::new()
+                },
+                calls: numbered(calls),
+            });
+        }
         let parsed = self.parse_at(&held, Reading::End);
         if self.to_end && parsed.calls.is_empty() {
             // After guided JSON, held text without a call goes out as written, a

@@ -1257,7 +1257,7 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         // Dynamo's bare JSON reading, else its `default` parse, both without the
         // end of output's repair (live-checked: `<|python_tag|>{A}\n{B}` is the
         // call A; `{"name":"f","parameters":"` stays text).
-        Some("default") => Some(default_held_calls(answer)),
+        Some("default") => Some(default_whole::forced_calls(answer)),
         // Its pythonic parse: `days=-2` is no literal, a list that is not valid
         // Python (`[f(a='x')][g()]`) gives no call. Without a call, its basic JSON
         // parse, JSON cut short not closed (live-checked: `k{A}` and `k [{A},{B}]`
@@ -1560,21 +1560,10 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         Some("mistral") => mistral_held_calls(text),
         // Live-checked: `{"name":"","parameters":{` and a named `{` make the bare
         // finish chunk too.
-        Some("default") => default_held_calls(text),
+        Some("default") => default_whole::forced_calls(text),
         _ => return None,
     };
     Some(!calls.is_empty())
-}
-
-/// `default`'s reading of a forced choice's held answer: Dynamo's bare JSON
-/// reading, else its `default` parse, both without the end of output's repair.
-fn default_held_calls(answer: &str) -> Vec<(String, String)> {
-    let bare = default_whole::bare_calls(answer);
-    if bare.is_empty() {
-        default_whole::parse_whole(answer, Reading::Streaming).calls
-    } else {
-        bare
-    }
 }
 
 /// mistral's reading of a forced choice's held answer: each piece after a

@@ -211,6 +211,18 @@ pub fn bare_calls(text: &str) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// How Dynamo reads a forced tool choice's answer held to the end of output:
+/// its bare JSON reading, else its `default` parse, both without the end of
+/// output's repair.
+pub fn forced_calls(text: &str) -> Vec<(String, String)> {
+    let bare = bare_calls(text);
+    if bare.is_empty() {
+        parse_whole(text, Reading::Streaming).calls
+    } else {
+        bare
+    }
+}
+
 /// The calls in `json`: one call object, or a list's elements that are calls
 /// (`empty_list_counts`: a list without calls is still an answer).
 fn calls_in(json: &str, empty_list_counts: bool) -> Option<Vec<(String, String)>> {
