@@ -950,10 +950,14 @@ impl ResponseState {
         }
         let index = choice.index;
         let family = self.plan.parsers.as_ref().and_then(|s| s.tool_call);
+        let named = match &self.plan.tool_choice {
+            ToolChoiceMode::Named(name) => Some(name.as_str()),
+            _ => None,
+        };
         let held_to_end = choice
             .guided
             .as_ref()
-            .and_then(|g| held_answer_end(family.map(|f| f.name()), g));
+            .and_then(|g| held_answer_end(family.map(|f| f.name()), g, named));
         let says_empty = match held_to_end {
             Some(parsed) => parsed,
             None => choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call()),
@@ -1548,7 +1552,11 @@ fn free_index_calls(
 /// last chunk then says `"content":""`; live-checked: `{A}` and `[TOOL_CALLS][A] }`
 /// do, `{A} hi`, `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not).
 /// `None` for other families, or once the guided value closed.
-fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
+fn held_answer_end(
+    family: Option<&str>,
+    guided: &GuidedCalls,
+    named: Option<&str>,
+) -> Option<bool> {
     if guided.closed_at().is_some() {
         return None;
     }
@@ -1559,8 +1567,13 @@ fn held_answer_end(family: Option<&str>, guided: &GuidedCalls) -> Option<bool> {
         // is no call), as its held answer is read.
         Some("mistral") => mistral_held_calls(text),
         // Live-checked: `{"name":"","parameters":{` and a named `{` make the bare
-        // finish chunk too.
-        Some("default") => default_whole::forced_calls(text),
+        // finish chunk too; a named choice counts only its tool's calls
+        // (`{<|python_tag|>{"name":"","parameters":{}}` says no content).
+        Some("default") => {
+            let mut calls = default_whole::forced_calls(text);
+            calls.retain(|(name, _)| named.map_or(true, |n| n == name));
+            calls
+        }
         _ => return None,
     };
     Some(!calls.is_empty())
