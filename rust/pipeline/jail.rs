@@ -354,6 +354,8 @@ pub struct ToolJail {
     to_end: bool,
     /// The mistral jail's completion state.
     mistral: MistralEnd,
+    /// The `default` jail's scan for closed JSON values.
+    json_end: JsonBoundary,
 }
 
 impl ToolJail {
@@ -370,6 +372,7 @@ impl ToolJail {
             partial: String::new(),
             to_end: false,
             mistral: MistralEnd::default(),
+            json_end: JsonBoundary::default(),
         }
     }
 
@@ -423,7 +426,12 @@ impl ToolJail {
             self.held = combined[at..].to_owned();
             self.jailed = true;
             self.mistral = MistralEnd::default();
-            if !self.to_end {
+            self.json_end = JsonBoundary::default();
+            // Dynamo checks a jail's end on the piece a marker opens it, but not
+            // on text after a jail's end that opens another (its trailing-text
+            // path; followed for `default`).
+            let unchecked = after_end && self.rules.default_whole;
+            if !self.to_end && !unchecked {
                 self.try_end(out);
             }
         } else if let Some(at) = self.rules.partial_suffix(&combined) {
@@ -433,6 +441,7 @@ impl ToolJail {
             self.held = combined;
             self.jailed = true;
             self.mistral = MistralEnd::default();
+            self.json_end = JsonBoundary::default();
         } else {
             passed.push_str(&combined);
         }
@@ -454,6 +463,20 @@ impl ToolJail {
         };
         if held.is_empty() {
             return None;
+        }
+        if self.to_end && self.rules.default_whole {
+            // After guided JSON, Dynamo's forced-choice finalize reads what it held
+            // (no repair; calls say no content; live-checked: `<TOOLCALL>[{A},
+            // {"name":"` after a guided list stays text).
+            let calls = default_whole::forced_calls(&held);
+            return Some(Parsed {
+                content: if calls.is_empty() {
+                    held
+                } else {
+                    String::new()
+                },
+                calls: numbered(calls),
+            });
         }
         let mut parsed = self.parse_at(&held, Reading::End);
         if self.to_end && parsed.calls.is_empty() && self.rules.trigger == Trigger::Pythonic {
@@ -485,6 +508,17 @@ impl ToolJail {
     fn try_end(&mut self, out: &mut Released) {
         if self.rules.mistral {
             if let Some((end, parsed)) = self.mistral_completion() {
+                let held = std::mem::take(&mut self.held);
+                self.jailed = false;
+                out.parsed.push(parsed);
+                if end < held.len() {
+                    self.feed_free(&held[end..], out, true);
+                }
+            }
+            return;
+        }
+        if self.rules.default_whole {
+            if let Some((end, parsed)) = self.default_completion() {
                 let held = std::mem::take(&mut self.held);
                 self.jailed = false;
                 out.parsed.push(parsed);
@@ -538,6 +572,45 @@ impl ToolJail {
         (end == held.len() || !self.parse(&held[..end]).calls.is_empty()).then_some(end)
     }
 
+    /// Whether Dynamo's `default` jail is complete now, where it ends and what
+    /// it releases: at a `</TOOLCALL>`, the whole held text is parsed (no call:
+    /// the jail ends after the marker and releases the parse of the text up to
+    /// it); else only once a top-level JSON value closed (counted from the newest
+    /// start marker; live-checked: `{…}<|python_tag|>son {"cs", 1}` ends where
+    /// the `}` closes, with the first object's call), when the whole held text
+    /// parses to calls.
+    fn default_completion(&mut self) -> Option<(usize, Parsed)> {
+        if let Some(at) = self.held.find(DEFAULT_END) {
+            let parsed = self.parse(&self.held);
+            if parsed.calls.is_empty() {
+                let end = at + DEFAULT_END.len();
+                return Some((end, self.parse(&self.held[..end])));
+            }
+            return self.default_complete(parsed);
+        }
+        if !self.json_end.new_end(&self.held, self.rules.starts) {
+            return None;
+        }
+        let parsed = self.parse(&self.held);
+        if parsed.calls.is_empty() {
+            return None;
+        }
+        self.default_complete(parsed)
+    }
+
+    /// Calls the `default` parse found: the jail ends after the first
+    /// `</TOOLCALL>` and the `<TOOLCALL>…</TOOLCALL>` blocks right after it, else
+    /// at the end of the held text; a cut before the end must parse to calls
+    /// again (else the jail holds on).
+    fn default_complete(&self, parsed: Parsed) -> Option<(usize, Parsed)> {
+        let end = default_end_position(&self.held);
+        if end == self.held.len() {
+            return Some((end, parsed));
+        }
+        let again = self.parse(&self.held[..end]);
+        (!again.calls.is_empty()).then_some((end, again))
+    }
+
     /// Whether Dynamo's mistral jail is complete now, where it ends and what it
     /// releases (see [`MistralEnd`]).
     fn mistral_completion(&mut self) -> Option<(usize, Parsed)> {
@@ -575,7 +648,7 @@ impl ToolJail {
             }
             None => self.mistral.end_from = self.held.len(),
         }
-        if self.mistral.scan.new_end(&self.held) {
+        if self.mistral.scan.new_end(&self.held, &[MISTRAL_START]) {
             let parsed = self.parse(&self.held);
             if !parsed.calls.is_empty() {
                 match self.mistral_complete(parsed) {
@@ -630,9 +703,6 @@ impl ToolJail {
                 Trigger::Marker | Trigger::TrimmedMarker | Trigger::Harmony | Trigger::Pythonic,
                 _,
             ) => true,
-            (Trigger::Json, Some(_)) if self.rules.default_whole => {
-                default_whole::json_after_marker(&self.held)
-            }
             (Trigger::Json, Some(_)) => self.rules.marked_json_closes(&self.held),
             (_, from) => brackets_closed(&self.held[from.unwrap_or(0)..]),
         }
@@ -1066,6 +1136,27 @@ fn strip_quotes(name: &str) -> &str {
     }
 }
 
+const DEFAULT_START: &str = "<TOOLCALL>";
+const DEFAULT_END: &str = "</TOOLCALL>";
+
+/// Where Dynamo's `default` jail ends once calls parsed (it reads the family as
+/// nemotron_deci does): after the first `</TOOLCALL>` and the blocks that follow
+/// it with only whitespace between, else at the end of the held text.
+fn default_end_position(held: &str) -> usize {
+    let Some(at) = held.find(DEFAULT_END) else {
+        return held.len();
+    };
+    let mut end = at + DEFAULT_END.len();
+    while let Some(block) = held[end..].trim_start().strip_prefix(DEFAULT_START) {
+        let from = held.len() - block.len();
+        match held[from..].find(DEFAULT_END) {
+            Some(close) => end = from + close + DEFAULT_END.len(),
+            None => break,
+        }
+    }
+    end
+}
+
 const MISTRAL_START: &str = "[TOOL_CALLS]";
 const MISTRAL_END: &str = "[/TOOL_CALLS]";
 
@@ -1084,7 +1175,8 @@ struct MistralEnd {
 }
 
 /// The reference's incremental scan for closed top-level JSON values: each
-/// closing is reported once; a new start marker restarts the scan after it.
+/// closing is reported once; a new start marker restarts the scan after it
+/// (mistral's `[TOOL_CALLS]`, `default`'s two markers).
 #[derive(Debug, Default)]
 struct JsonBoundary {
     scanned: usize,
@@ -1098,12 +1190,16 @@ struct JsonBoundary {
 }
 
 impl JsonBoundary {
-    fn new_end(&mut self, text: &str) -> bool {
-        let newest = text
-            .match_indices(MISTRAL_START)
-            .map(|(at, m)| at + m.len())
-            .filter(|end| self.last_marker_end.map_or(true, |last| *end > last))
-            .last();
+    fn new_end(&mut self, text: &str, starts: &[&str]) -> bool {
+        let newest = starts
+            .iter()
+            .filter_map(|start| {
+                text.match_indices(start)
+                    .map(|(at, m)| at + m.len())
+                    .filter(|end| self.last_marker_end.map_or(true, |last| *end > last))
+                    .last()
+            })
+            .max();
         if let Some(end) = newest {
             *self = Self {
                 scanned: end,
@@ -1322,7 +1418,16 @@ fn brackets_closed(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::last_value_per_key;
+    use super::{default_end_position, last_value_per_key};
+
+    #[test]
+    fn a_default_jail_ends_after_its_consecutive_blocks() {
+        let two = "<TOOLCALL>[a]</TOOLCALL> \n<TOOLCALL>[b]</TOOLCALL> x";
+        assert_eq!(default_end_position(two), two.len() - 2);
+        let text_between = "<TOOLCALL>[a]</TOOLCALL> x <TOOLCALL>[b]</TOOLCALL>";
+        assert_eq!(default_end_position(text_between), 24);
+        assert_eq!(default_end_position("<|python_tag|>{} x"), 18);
+    }
 
     #[test]
     fn a_repeated_key_keeps_its_first_place_and_last_value() {

@@ -646,7 +646,8 @@ impl ResponseState {
                         choice.named_objects =
                             matches!(&self.plan.tool_choice, ToolChoiceMode::Named(_))
                                 && spec.tool_call.is_some_and(|f| {
-                                    matches!(f.name(), "llama3_json" | "mistral" | "hermes")
+                                    let name = f.name();
+                                    matches!(name, "llama3_json" | "mistral" | "hermes" | "default")
                                 });
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         return self.emit_tail_after_guided(slot, tail, finish, ending, out);
@@ -978,10 +979,14 @@ impl ResponseState {
             return fold_unary(choice, &mut self.delta, &mut self.logprobs);
         }
         let index = choice.index;
+        let named = match &self.plan.tool_choice {
+            ToolChoiceMode::Named(name) => Some(name.as_str()),
+            _ => None,
+        };
         let held_to_end = choice
             .guided
             .as_ref()
-            .and_then(|g| held_answer_end(self.plan.parsers.as_ref(), g));
+            .and_then(|g| held_answer_end(self.plan.parsers.as_ref(), g, named));
         let says_empty = match held_to_end {
             Some(parsed) => parsed,
             None => choice.guided.as_ref().is_some_and(|g| g.is_one_bare_call()),
@@ -1015,8 +1020,8 @@ impl ResponseState {
             // With a usage chunk to come, the answer the reference still held at
             // the end (guided JSON that never closed) is released after a bare
             // finish chunk, as the jail's end-of-output release is (live-checked,
-            // llama3_json and mistral: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`; hermes and
-            // qwen3_coder: `{`, `{A}{B}`, `[{A}`), saying `tool_calls` even when the
+            // llama3_json, mistral, `default`: `{A}`, `{A} hi`, `[TOOL_CALLS][A]`; hermes
+            // and qwen3_coder: `{`, `{A}{B}`, `[{A}`), saying `tool_calls` even when the
             // output was cut by length.
             let delta = ChatDelta {
                 role: std::mem::take(&mut role),
@@ -1114,8 +1119,8 @@ impl ResponseState {
                 released: false,
             });
         }
-        if finish.is_some() && !held {
-            terminal_whitespace_dropped(&mut parts, calls_before, finish);
+        if finish.is_some() {
+            terminal_whitespace_dropped(&mut parts, calls_before, finish, held);
         }
         if let Some(parsed) = finalized {
             // With a usage chunk to come, the reference's last frame passes the
@@ -1226,10 +1231,14 @@ impl ResponseState {
 /// dropped (live-checked, mistral: ` ` left by a stop string after the calls
 /// makes a bare finish chunk, and no trailing space in the unary answer); the
 /// finish reason then goes on the last part left, or on a bare chunk of its own.
+/// With text still `held`, none of them keeps it: the release at the end of
+/// output carries it (live-checked, `default`: ` <` cut by a stop string sends
+/// ` ` without a finish reason, then `<` with it).
 fn terminal_whitespace_dropped(
     parts: &mut Vec<JailedPart>,
     calls_before: bool,
     finish: Option<&'static str>,
+    held: bool,
 ) {
     let mut saw_calls = calls_before;
     let before = parts.len();
@@ -1240,11 +1249,14 @@ fn terminal_whitespace_dropped(
             || part.reasoning.is_some()
             || !part.content.as_deref().is_some_and(|c| c.trim().is_empty())
     });
-    if parts.len() == before {
+    if parts.len() == before && !held {
         return;
     }
     for part in parts.iter_mut() {
         part.finish = None;
+    }
+    if held {
+        return;
     }
     match parts.last_mut() {
         Some(last) => last.finish = finish,
@@ -1285,9 +1297,10 @@ fn family_jail(spec: &ChatParserSpec) -> ToolJail {
 /// and deepseek_v3_1's section counts only closed.
 fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
     let whole = match spec.tool_call.map(|f| f.name()) {
-        // Dynamo's `default` parse at the end of output (live-checked:
-        // `<|python_tag|>{A}\n{B}` is the call A).
-        Some("default") => Some(default_whole::parse_whole(answer, Reading::End).calls),
+        // Dynamo's bare JSON reading, else its `default` parse, both without the
+        // end of output's repair (live-checked: `<|python_tag|>{A}\n{B}` is the
+        // call A; `{"name":"f","parameters":"` stays text).
+        Some("default") => Some(default_whole::forced_calls(answer)),
         // Its pythonic parse: `days=-2` is no literal, a list that is not valid
         // Python (`[f(a='x')][g()]`) gives no call. Without a call, its basic JSON
         // parse, JSON cut short not closed (live-checked: `k{A}` and `k [{A},{B}]`
@@ -1414,8 +1427,8 @@ fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
 /// hermes by its whole parse (`hi <tool_call>{"name":"get_ti` is the call `get_ti`
 /// with `{}` and the content `hi`), deepseek_v3_1 by its parser, an unclosed
 /// section too, the content the text before the section as written (`hi `);
-/// mistral by its whole objects after the marker. A
-/// named choice keeps the text when no call to its tool is read.
+/// mistral by its whole objects after the marker; `default` by its end-of-output
+/// parse. A named choice keeps the text when no call to its tool is read.
 fn reread_unary(
     plan: &ResponsePlan,
     answer: &str,
@@ -1436,6 +1449,18 @@ fn reread_unary(
         "mistral" => {
             let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
             (parse.calls, parse.content.unwrap_or_default())
+        }
+        // `default` by its end-of-output parse once a start marker is in the answer
+        // (live-checked: `x <|python_tag|>{"name":"f","arguments":{"a":"b`, text in
+        // the stream, is f with `{"a":"b"}` and the content `x`; bare
+        // `{"name":"f","arguments":"` stays text).
+        "default"
+            if default_whole::STARTS
+                .iter()
+                .any(|m| unquoted_marker(answer, m)) =>
+        {
+            let parse = default_whole::parse_whole(answer, Reading::End);
+            (parse.calls, parse.content)
         }
         "qwen3_coder" => {
             // Its own reading as at the end of output when the jail's finds no call
@@ -1469,6 +1494,62 @@ fn reread_unary(
             .filter(|(name, _)| named.map_or(true, |n| n == name)),
     );
     (!calls.is_empty()).then_some((calls, content))
+}
+
+/// Whether `marker` stands in `text` outside a quoted span, as Dynamo's unary
+/// aggregator looks for a native marker before it reads a forced choice's
+/// answer again (live-checked: `"<TOOLCALL>{…` stays text). A `"`, `'` or `` ` ``
+/// opens a span only when the same quote, unescaped, comes later; a `'` after
+/// a letter or digit, or before one with no `'` later, is an apostrophe, and
+/// one between two letters or digits never ends a span.
+fn unquoted_marker(text: &str, marker: &str) -> bool {
+    const QUOTES: [char; 3] = ['"', '\'', '`'];
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let alnum = |i: Option<usize>| {
+        i.and_then(|i| chars.get(i))
+            .is_some_and(|(_, c)| c.is_alphanumeric())
+    };
+    let internal = |i: usize| alnum(i.checked_sub(1)) && alnum(Some(i + 1));
+    // later[i][q]: an unescaped QUOTES[q] stands at i or after.
+    let mut later = vec![[false; 3]; chars.len() + 2];
+    for i in (0..chars.len()).rev() {
+        let c = chars[i].1;
+        later[i] = if c == '\\' {
+            later[i + 2]
+        } else {
+            let mut next = later[i + 1];
+            if let Some(q) = QUOTES.iter().position(|&q| q == c) {
+                next[q] |= !(c == '\'' && internal(i));
+            }
+            next
+        };
+    }
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, &(offset, c)) in chars.iter().enumerate() {
+        if let Some(open) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == open && !(open == '\'' && internal(i)) {
+                quote = None;
+            }
+            continue;
+        }
+        let apostrophe =
+            c == '\'' && (alnum(i.checked_sub(1)) || (alnum(Some(i + 1)) && !later[i + 1][1]));
+        if let Some(q) = QUOTES.iter().position(|&q| q == c) {
+            if !apostrophe && later[i + 1][q] {
+                quote = Some(c);
+                continue;
+            }
+        }
+        if text[offset..].starts_with(marker) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Dynamo's unary aggregator's hermes parse of an answer the stream let out
@@ -1529,12 +1610,16 @@ fn free_index_calls(
 /// the family's end parse finds calls in it. llama3_json, mistral, pythonic: the
 /// basic JSON parse, cut JSON not closed (`{A}` and `[TOOL_CALLS][A] }` do, `{A} hi`,
 /// `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not; pythonic's own
-/// parse first); deepseek_v3_1: trailing call objects, then its own parse; hermes,
-/// default: one whole bare call object; qwen3_coder: that, or calls its held
-/// answer's parse finds (`{A} hi <tool_call>…</tool_call>`; cut JSON
-/// `{"name":"f","arguments":{}` is none). `None` for other families, or once the
-/// guided value closed.
-fn held_answer_end(spec: Option<&ChatParserSpec>, guided: &GuidedCalls) -> Option<bool> {
+/// parse first); deepseek_v3_1: trailing call objects, then its own parse; hermes:
+/// one whole bare call object; qwen3_coder: that, or calls its held answer's parse
+/// finds (`{A} hi <tool_call>…</tool_call>`; cut JSON `{"name":"f","arguments":{}`
+/// is none); `default`: its forced-choice parse, a named choice counting only its
+/// tool's calls. `None` for other families, or once the guided value closed.
+fn held_answer_end(
+    spec: Option<&ChatParserSpec>,
+    guided: &GuidedCalls,
+    named: Option<&str>,
+) -> Option<bool> {
     if guided.closed_at().is_some() {
         return None;
     }
@@ -1553,10 +1638,18 @@ fn held_answer_end(spec: Option<&ChatParserSpec>, guided: &GuidedCalls) -> Optio
             let json = trailing_json_calls(text).is_some_and(|calls| !calls.is_empty());
             return Some(json || !dsv31_whole::parse_whole(text, false).calls.is_empty());
         }
-        Some("hermes" | "default") => return Some(guided.is_one_bare_call()),
+        Some("hermes") => return Some(guided.is_one_bare_call()),
         Some("qwen3_coder") => {
             let parsed = spec.is_some_and(|s| !held_answer_calls(s, text).is_empty());
             return Some(guided.is_one_bare_call() || parsed);
+        }
+        // Live-checked: `{"name":"","parameters":{` and a named `{` make the bare
+        // finish chunk too; a named choice counts only its tool's calls
+        // (`{<|python_tag|>{"name":"","parameters":{}}` says no content).
+        Some("default") => {
+            let mut calls = default_whole::forced_calls(text);
+            calls.retain(|(name, _)| named.map_or(true, |n| n == name));
+            calls
         }
         _ => return None,
     };
@@ -1784,4 +1877,19 @@ fn completion_choices<'a>(
             finish_reason: c.finish_reason,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unquoted_marker;
+
+    #[test]
+    fn a_marker_in_a_closed_quote_is_prose() {
+        assert!(unquoted_marker("x <TOOLCALL>{", "<TOOLCALL>"));
+        assert!(!unquoted_marker(r#""<TOOLCALL>{"a":"#, "<TOOLCALL>"));
+        // A quote that never closes quotes nothing; an apostrophe is no quote.
+        assert!(unquoted_marker(r#"" <TOOLCALL>"#, "<TOOLCALL>"));
+        assert!(unquoted_marker("it's <TOOLCALL> 'x'", "<TOOLCALL>"));
+        assert!(!unquoted_marker("'<TOOLCALL>' ok", "<TOOLCALL>"));
+    }
 }

@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 use super::cut_json_piece;
 use super::in_content::closed;
 
-const STARTS: [&str; 2] = ["<TOOLCALL>", "<|python_tag|>"];
+pub const STARTS: [&str; 2] = ["<TOOLCALL>", "<|python_tag|>"];
 const END: &str = "</TOOLCALL>";
 
 /// When the parse runs: the jail's check for its end while output still comes,
@@ -199,19 +199,28 @@ fn first_value(text: &str) -> Option<&str> {
     super::first_value(text).map(|(value, _)| value)
 }
 
-/// Whether JSON after a start marker is there for the jail to end on calls while
-/// output still comes: a piece after a marker gives a value (see `piece_value`),
-/// or opens with `{` (`[`) and closes every bracket it opens (live-checked:
-/// `[f] <TOOLCALL>x` and `[f]<TOOLCALL>[{"a":1}, {"b` wait for the end of output,
-/// `[f]<TOOLCALL>[{"a":1,}, {"b":2}]` ends with the call f).
-pub fn json_after_marker(text: &str) -> bool {
-    STARTS.iter().any(|m| {
-        text.split(m).skip(1).any(|piece| {
-            let piece = piece.trim();
-            piece_value(piece).is_some()
-                || (piece.starts_with(['{', '[']) && closed(piece) == piece)
-        })
-    })
+/// Dynamo's bare-JSON reading of a forced tool choice's answer (its parse with no
+/// start marker and no repair): the text from its first `{` or `[` on, read
+/// whole, gives the calls (a `required` answer cut short, `{"name":"f",
+/// "parameters":"`, gives none).
+pub fn bare_calls(text: &str) -> Vec<(String, String)> {
+    let trimmed = text.trim();
+    trimmed
+        .find(['{', '['])
+        .and_then(|at| calls_in(trimmed[at..].trim(), true))
+        .unwrap_or_default()
+}
+
+/// How Dynamo reads a forced tool choice's answer held to the end of output:
+/// its bare JSON reading, else its `default` parse, both without the end of
+/// output's repair.
+pub fn forced_calls(text: &str) -> Vec<(String, String)> {
+    let bare = bare_calls(text);
+    if bare.is_empty() {
+        parse_whole(text, Reading::Streaming).calls
+    } else {
+        bare
+    }
 }
 
 /// The calls in `json`: one call object, or a list's elements that are calls
@@ -311,12 +320,6 @@ mod tests {
             parse(text, Reading::Streaming),
             (calls, r#"{"name":"f","arguments":{}}, {"y":1}"#.to_owned())
         );
-        assert!(json_after_marker(text));
-        assert!(!json_after_marker(
-            r#"[{"name":"f","arguments":{}}] <TOOLCALL>x"#
-        ));
-        assert!(!json_after_marker(r#"[] <TOOLCALL>[{"a":1}, {"b"#));
-        assert!(json_after_marker(r#"[] <TOOLCALL>[{"a":1,}, {"b":2}]"#));
     }
 
     #[test]
@@ -330,6 +333,16 @@ mod tests {
         let text = r#"{"name":"a","arguments":{}};{"name":"b","arguments":{}}<|python_tag|>{"name":"c","arguments":{}}"#;
         let calls = [one("a", "{}"), one("b", "{}"), one("c", "{}")].concat();
         assert_eq!(parse(text, Reading::Streaming).0, calls);
+    }
+
+    #[test]
+    fn bare_json_is_read_whole_without_repair() {
+        assert_eq!(
+            bare_calls(r#"k {"name":"f","arguments":{}}"#),
+            one("f", "{}")
+        );
+        assert!(bare_calls(r#"{"name":"f","parameters":""#).is_empty());
+        assert!(bare_calls(r#"{"name":"f","arguments":{}} hi"#).is_empty());
     }
 
     #[test]
