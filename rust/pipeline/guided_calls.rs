@@ -1,8 +1,8 @@
 //! A forced `tool_choice` with no tool-call parser: the engine decoded guided JSON
 //! (`[{"name", "parameters"}, ...]` for `required`, the arguments object for a named
 //! tool), and Dynamo 1.6.1 turns that JSON into calls. Streaming, each call's
-//! arguments go out as their raw text grows; in an array the brace that closes them
-//! waits until their element closes too. An answer that does not open with the JSON
+//! arguments go out as their raw text grows; in an array the brace that closes them,
+//! when it comes alone, waits until their element closes too. An answer that does not open with the JSON
 //! is plain text.
 //!
 //! Live-checked beyond the guided shape: an element's arguments are its `parameters`
@@ -80,15 +80,17 @@ impl GuidedCalls {
                 continue;
             };
             let mut end = span.end.unwrap_or(self.text.len());
-            if span.end.is_some() && !span.closed && !ending {
-                end -= 1;
-            }
             if self.sent.len() <= index {
                 self.sent.resize(index + 1, None);
             }
             let first = self.sent[index].is_none();
             let (id, done) =
                 self.sent[index].get_or_insert_with(|| (Dialect::Dynamo.new_call_id(), start));
+            // The closing brace waits for its element only when it is all that is
+            // new (`"}`, ` }`, `}}` or `{}` go out at once; live-checked).
+            if span.end.is_some() && !span.closed && !ending && end - *done == 1 {
+                end -= 1;
+            }
             if end <= *done && !first {
                 continue;
             }
