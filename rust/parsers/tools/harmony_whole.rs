@@ -232,13 +232,19 @@ fn find_block(text: &str, from: usize, channel: &str) -> Option<(usize, usize)> 
         let found = at + text[at..].find(CHANNEL)?;
         let word_end = found + CHANNEL.len();
         if text[word_end..].starts_with(channel) {
-            let start = match found.checked_sub(ASSISTANT_START.len()) {
-                Some(s) if s >= from && text[s..found] == *ASSISTANT_START => s,
-                _ => found,
-            };
-            return Some((start, word_end + channel.len()));
+            return Some((block_start(text, from, found), word_end + channel.len()));
         }
         at = word_end;
+    }
+}
+
+/// Where a block whose `<|channel|>` is at `found` starts: at a
+/// `<|start|>assistant` right before it (at or after `from`), else at `found`.
+/// Matched with `ends_with`: the bytes before may cut a character.
+fn block_start(text: &str, from: usize, found: usize) -> usize {
+    match found.checked_sub(ASSISTANT_START.len()) {
+        Some(s) if s >= from && text[..found].ends_with(ASSISTANT_START) => s,
+        _ => found,
     }
 }
 
@@ -363,12 +369,8 @@ fn next_call_block(text: &str, from: usize) -> Option<(usize, &str, &str, usize)
         let message = name_end + text[name_end..].find(MESSAGE)?;
         let args_start = message + MESSAGE.len();
         let call = args_start + text[args_start..].find(CALL)?;
-        let start = match found.checked_sub(ASSISTANT_START.len()) {
-            Some(s) if s >= from && text[s..found] == *ASSISTANT_START => s,
-            _ => found,
-        };
         return Some((
-            start,
+            block_start(text, from, found),
             &text[name_start..name_end],
             &text[args_start..call],
             call + CALL.len(),
@@ -382,6 +384,20 @@ mod tests {
 
     fn content(text: &str) -> String {
         parse_whole(text).content
+    }
+
+    #[test]
+    fn blocks_after_multibyte_text_do_not_cut_a_character() {
+        // 19 bytes before `<|channel|>`: one past `<|start|>assistant`'s length
+        // lands inside the first `é`.
+        assert_eq!(
+            content("x ßeok ok<|message|><|channel|>commentary"),
+            "x ßeok ok"
+        );
+        let parse =
+            parse_whole("éééééééééx<|channel|>commentary to=functions.f<|message|>{}<|call|>");
+        assert_eq!(parse.calls, [("f".to_owned(), "{}".to_owned())]);
+        assert_eq!(parse.content, "éééééééééx");
     }
 
     #[test]
