@@ -42,6 +42,8 @@ pub(crate) struct Header<'a> {
     pub recipient: Option<String>,
     /// The header from just after `<|channel|>` on.
     pub after_channel: Option<&'a str>,
+    /// Nothing beside the role and the channel (no recipient, no content type).
+    pub bare: bool,
 }
 
 /// Read a message header: the channel after `<|channel|>`; beside it at most a
@@ -80,6 +82,7 @@ pub(crate) fn parse_header(header: &str, role_known: bool) -> Option<Header<'_>>
     if parts.first() == Some(&role) {
         parts.remove(0);
     }
+    let bare = parts.is_empty();
     let mut recipient = None;
     if let Some(last) = parts.pop() {
         if last.starts_with("to=") || (parts.is_empty() && !last.starts_with(CONSTRAIN)) {
@@ -96,6 +99,7 @@ pub(crate) fn parse_header(header: &str, role_known: bool) -> Option<Header<'_>>
         channel,
         recipient: recipient.map(str::to_owned),
         after_channel,
+        bare,
     })
 }
 
