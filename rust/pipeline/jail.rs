@@ -296,6 +296,20 @@ impl JailRules {
     }
 
     /// The earliest suffix of `text` that is a proper prefix of a start pattern.
+    /// Harmony: a text whose last non-space is `<` or `<|` holds that tail (spaces
+    /// after it too) for the next piece, as a marker prefix would be
+    /// (live-checked: `<\n` at the end goes out with the finish reason).
+    fn harmony_open_tail(&self, text: &str) -> Option<usize> {
+        if self.trigger != Trigger::Harmony {
+            return None;
+        }
+        let trimmed = text.trim_end();
+        ["<|", "<"]
+            .into_iter()
+            .find(|short| trimmed.ends_with(short))
+            .and_then(|short| text.rfind(short))
+    }
+
     fn partial_suffix(&self, text: &str) -> Option<usize> {
         text.char_indices().map(|(i, _)| i).find(|&i| {
             let tail = &text[i..];
@@ -434,7 +448,11 @@ impl ToolJail {
             if !self.to_end && !unchecked {
                 self.try_end(out);
             }
-        } else if let Some(at) = self.rules.partial_suffix(&combined) {
+        } else if let Some(at) = self
+            .rules
+            .partial_suffix(&combined)
+            .or_else(|| self.rules.harmony_open_tail(&combined))
+        {
             passed.push_str(&combined[..at]);
             self.partial = combined[at..].to_owned();
         } else if self.rules.detects_start(&combined) {

@@ -250,16 +250,20 @@ impl ResponseState {
                 }
             }
         }
-        if !self.plan.stream
-            && self.plan.unary_harmony_cleanup
-            && !self.plan.tool_choice.forces_calls()
-        {
+        if !self.plan.stream && self.plan.unary_harmony_cleanup {
             // Dynamo's unary aggregator re-reads a harmony answer that holds
             // `<|channel|>`: its cleaned content replaces the text (its calls are
             // not kept, live-checked without tools and with `tool_choice: none`;
-            // a forced tool choice keeps the text).
+            // a named choice keeps the text, `required` too unless it holds
+            // `<|channel|>commentary`: `x<|channel|>commentary` says `x`).
+            let marker = match self.plan.tool_choice {
+                ToolChoiceMode::Required => "<|channel|>commentary",
+                _ if self.plan.tool_choice.forces_calls() => "",
+                _ => harmony_whole::CHANNEL,
+            };
             for choice in &mut self.choices {
-                if choice.calls.is_empty() && choice.content.contains(harmony_whole::CHANNEL) {
+                if choice.calls.is_empty() && !marker.is_empty() && choice.content.contains(marker)
+                {
                     choice.content = harmony_whole::parse_whole(&choice.content).content;
                 }
             }

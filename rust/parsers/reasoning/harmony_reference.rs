@@ -10,8 +10,9 @@
 //! - a header names its channel after `<|channel|>`; beside it at most a
 //!   recipient and a content type (`assistant` dropped first; after `<|start|>`
 //!   a role first); more words, or an empty channel, are a parse error;
-//! - `analysis` bodies are reasoning, `final` and recipient-less `commentary`
-//!   bodies are content, a `commentary` body to a `functions.…` recipient is a
+//! - `analysis` bodies are reasoning (dropped when their header has a recipient
+//!   or a content type), `final` and recipient-less `commentary` bodies are
+//!   content, a `commentary` body to a `functions.…` recipient is a
 //!   tool call (its envelope goes to content from `<|channel|>`, for the harmony
 //!   tool parser); other recipients, other channels, and no channel, are dropped;
 //! - `<|end|>`, `<|return|>` and `<|call|>` end a body; other markers inside
@@ -115,7 +116,10 @@ impl ReferenceHarmony {
         let header = std::mem::take(&mut self.header);
         let parsed = parse_header(&header, role_known)?;
         let body = match parsed.channel {
-            Some("analysis") => {
+            // An analysis header with a recipient or a content type drops its
+            // body (live-checked: `s<|channel|>analysis`, `analysis to=x`,
+            // `analysis <|constrain|>json`); `final` keeps its body with them.
+            Some("analysis") if parsed.bare => {
                 self.separate = self.reasoned;
                 Body::Reasoning
             }

@@ -42,6 +42,8 @@ pub(crate) struct Header<'a> {
     pub recipient: Option<String>,
     /// The header from just after `<|channel|>` on.
     pub after_channel: Option<&'a str>,
+    /// Nothing beside the role and the channel (no recipient, no content type).
+    pub bare: bool,
 }
 
 /// Read a message header: the channel after `<|channel|>`; beside it at most a
@@ -80,6 +82,7 @@ pub(crate) fn parse_header(header: &str, role_known: bool) -> Option<Header<'_>>
     if parts.first() == Some(&role) {
         parts.remove(0);
     }
+    let bare = parts.is_empty();
     let mut recipient = None;
     if let Some(last) = parts.pop() {
         if last.starts_with("to=") || (parts.is_empty() && !last.starts_with(CONSTRAIN)) {
@@ -96,6 +99,7 @@ pub(crate) fn parse_header(header: &str, role_known: bool) -> Option<Header<'_>>
         channel,
         recipient: recipient.map(str::to_owned),
         after_channel,
+        bare,
     })
 }
 
@@ -232,13 +236,19 @@ fn find_block(text: &str, from: usize, channel: &str) -> Option<(usize, usize)> 
         let found = at + text[at..].find(CHANNEL)?;
         let word_end = found + CHANNEL.len();
         if text[word_end..].starts_with(channel) {
-            let start = match found.checked_sub(ASSISTANT_START.len()) {
-                Some(s) if s >= from && text[s..found] == *ASSISTANT_START => s,
-                _ => found,
-            };
-            return Some((start, word_end + channel.len()));
+            return Some((block_start(text, from, found), word_end + channel.len()));
         }
         at = word_end;
+    }
+}
+
+/// Where a block whose `<|channel|>` is at `found` starts: at a
+/// `<|start|>assistant` right before it (at or after `from`), else at `found`.
+/// Matched with `ends_with`: the bytes before may cut a character.
+fn block_start(text: &str, from: usize, found: usize) -> usize {
+    match found.checked_sub(ASSISTANT_START.len()) {
+        Some(s) if s >= from && text[..found].ends_with(ASSISTANT_START) => s,
+        _ => found,
     }
 }
 
@@ -363,12 +373,8 @@ fn next_call_block(text: &str, from: usize) -> Option<(usize, &str, &str, usize)
         let message = name_end + text[name_end..].find(MESSAGE)?;
         let args_start = message + MESSAGE.len();
         let call = args_start + text[args_start..].find(CALL)?;
-        let start = match found.checked_sub(ASSISTANT_START.len()) {
-            Some(s) if s >= from && text[s..found] == *ASSISTANT_START => s,
-            _ => found,
-        };
         return Some((
-            start,
+            block_start(text, from, found),
             &text[name_start..name_end],
             &text[args_start..call],
             call + CALL.len(),
@@ -382,6 +388,20 @@ mod tests {
 
     fn content(text: &str) -> String {
         parse_whole(text).content
+    }
+
+    #[test]
+    fn blocks_after_multibyte_text_do_not_cut_a_character() {
+        // 19 bytes before `<|channel|>`: one past `<|start|>assistant`'s length
+        // lands inside the first `é`.
+        assert_eq!(
+            content("x ßeok ok<|message|><|channel|>commentary"),
+            "x ßeok ok"
+        );
+        let parse =
+            parse_whole("éééééééééx<|channel|>commentary to=functions.f<|message|>{}<|call|>");
+        assert_eq!(parse.calls, [("f".to_owned(), "{}".to_owned())]);
+        assert_eq!(parse.content, "éééééééééx");
     }
 
     #[test]
