@@ -524,19 +524,14 @@ impl ToolJail {
     /// `ends_on_calls`) or no start marker opened it (JSON a start guess jailed),
     /// where a whole parse finds calls.
     fn try_end(&mut self, out: &mut Released) {
-        if self.rules.mistral {
-            if let Some((end, parsed)) = self.mistral_completion() {
-                let held = std::mem::take(&mut self.held);
-                self.jailed = false;
-                out.parsed.push(parsed);
-                if end < held.len() {
-                    self.feed_free(&held[end..], out, true);
-                }
-            }
-            return;
-        }
-        if self.rules.default_whole {
-            if let Some((end, parsed)) = self.default_completion() {
+        // mistral and `default` end at Dynamo's JSON-boundary completion.
+        if self.rules.mistral || self.rules.default_whole {
+            let completion = if self.rules.mistral {
+                self.mistral_completion()
+            } else {
+                self.default_completion()
+            };
+            if let Some((end, parsed)) = completion {
                 let held = std::mem::take(&mut self.held);
                 self.jailed = false;
                 out.parsed.push(parsed);
