@@ -12,9 +12,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import random
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -138,6 +144,55 @@ def test_the_exported_corpus_runs_through_shakedown_parity(
     mismatched = set(re.findall(r"^=== MISMATCH (\S+) \[", printed, re.MULTILINE))
     assert mismatched == {f.case.name for f in report.findings}, printed[-2000:]
     assert code == (1 if report.findings else 0)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_sigterm_stops_every_process_the_fuzz_cli_started(
+    dynamo_python: Path, model_dir: Path, harmony_vocab: Path, tmp_path: Path
+) -> None:
+    """Killed mid-run (as a CI timeout or `kill` does), the CLI still stops the Dynamo
+    frontend, the mocker and `shakedown serve`, each with its process group."""
+    argv = [sys.executable, "-m", "shakedown.parity.fuzz", "--dynamo-python", str(dynamo_python),
+            "--harmony-vocab", str(harmony_vocab), "--model-dir", str(model_dir),
+            "--pair", "none+default", "--cases", "3000", "--shrink", "0",
+            "--work-dir", str(tmp_path)]  # fmt: skip
+    cli = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    groups: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(groups) < 3 and cli.poll() is None and time.monotonic() < deadline:
+            groups = _children(cli.pid)  # each child leads its own process group
+            time.sleep(0.2)
+        assert len(groups) == 3, f"started {groups}, exit code {cli.poll()}"
+        cli.send_signal(signal.SIGTERM)
+        assert cli.wait(60) == 128 + signal.SIGTERM
+        alive = [g for g in groups if _group_alive(g)]
+        assert alive == [], [Path(f"/proc/{g}/cmdline").read_bytes() for g in alive]
+    finally:
+        cli.kill()
+        cli.wait()
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- golden fixtures

@@ -672,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dynamo_python is None:
         parser.error("--dynamo-python is required (unless --export)")
     total_differ = 0
-    with tempfile.TemporaryDirectory(prefix="shakedown-fuzz-") as tmp:
+    with stack.sigterm_exits(), tempfile.TemporaryDirectory(prefix="shakedown-fuzz-") as tmp:
         root = args.work_dir or Path(tmp)
         for pair in pairs:
             work = root / _dir_name(pair)

@@ -23,7 +23,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +70,22 @@ class Proc:
             os.killpg(self.popen.pid, signal.SIGKILL)
         if self.popen.returncode is None:
             self.popen.wait(grace_s)
+
+
+@contextlib.contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """Within the block SIGTERM raises SystemExit, so the `with` blocks that started
+    processes stop them on the way out (the default action would skip them and leave the
+    frontend and mockers running). Main thread only."""
+
+    def exit_now(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def free_port() -> int:
@@ -253,15 +269,25 @@ def start_shakedown(
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYN_WORKER_VALIDATION")}
     env.update(extra_env or {})
     proc = spawn(name, argv, env, log_dir)
+    try:
+        _wait_for_base_url(proc, timeout_s)
+    except BaseException:  # SystemExit too: the caller never gets `proc` to stop it
+        proc.stop()
+        raise
+    return proc
+
+
+def _wait_for_base_url(proc: Proc, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in proc.log.read_text(errors="replace").splitlines():
             if line.startswith("OPENAI_BASE_URL="):
                 url = line.split("=", 1)[1].strip()
                 proc.base_url = url[: -len("/v1")] if url.endswith("/v1") else url
-                return proc
+                return
         if not proc.alive():
-            raise RuntimeError(f"{name} exited during start-up:\n{proc.log_tail()}")
+            raise RuntimeError(f"{proc.name} exited during start-up:\n{proc.log_tail()}")
         time.sleep(0.1)
-    proc.stop()
-    raise RuntimeError(f"{name} printed no OPENAI_BASE_URL in {timeout_s:.0f}s:\n{proc.log_tail()}")
+    raise RuntimeError(
+        f"{proc.name} printed no OPENAI_BASE_URL in {timeout_s:.0f}s:\n{proc.log_tail()}"
+    )
