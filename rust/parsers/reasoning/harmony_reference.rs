@@ -25,7 +25,8 @@
 //!   released (the tool parser finds calls in it);
 //! - a call (a `commentary` body with a recipient) is held, its header rebuilt
 //!   as `<|channel|>…<|message|>` when its body begins, and goes to content
-//!   when its body ends (`<|call|>`, `<|end|>` or `<|return|>`), followed by
+//!   when its body ends (`<|call|>`, `<|end|>` or `<|return|>`), from its last
+//!   `<|channel|>` on (one written in its body starts it again), followed by
 //!   the piece that ended it as written; a call the output cuts is dropped;
 //! - a parse error, and each piece dropped while resynchronizing, drops
 //!   everything the piece released, but a call the piece ended still goes out,
@@ -219,11 +220,11 @@ impl HeldRun for ReferenceHarmony {
             out.content.truncate(content);
             out.reasoning.truncate(reasoning);
             if self.call_ended {
-                out.content.push_str(&std::mem::take(&mut self.call));
+                self.release_call(out);
                 out.content.push_str(&buf[..self.call_end]);
             }
         } else if self.call_ended {
-            out.content.push_str(&std::mem::take(&mut self.call));
+            self.release_call(out);
             out.content.push_str(&buf[..ready]);
         } else if self.whole {
             out.content.push_str(&buf[..ready]);
@@ -235,6 +236,17 @@ impl HeldRun for ReferenceHarmony {
 }
 
 impl ReferenceHarmony {
+    /// The held call goes to content from its last `<|channel|>` on: the
+    /// reference rebuilds it from the last channel token it read, so a
+    /// `<|channel|>` written in the body cuts off what came before
+    /// (live-checked: `…<|message|>{"a` + `b<|channel|>commentary to=functions.g`
+    /// + `…{"x":1}` + `<|call|>` calls `g`).
+    fn release_call(&mut self, out: &mut Delta) {
+        let call = std::mem::take(&mut self.call);
+        let from = call.rfind(CHANNEL).unwrap_or(0);
+        out.content.push_str(&call[from..]);
+    }
+
     /// Consume one piece; returns how much of it was not held.
     fn piece(&mut self, buf: &str, last: bool, out: &mut Delta) -> usize {
         // A held tail is a proper prefix of a marker: never a whole `<|call|>`.
