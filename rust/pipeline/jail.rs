@@ -509,6 +509,12 @@ impl ToolJail {
                 };
             }
         }
+        if self.to_end && !parsed.calls.is_empty() && self.rules.basic_marker.is_some() {
+            // After guided JSON, held text with calls says only them (live-checked,
+            // llama3_json: `[{A}][{B}]<|python_tag|>{C}` after a named object is C
+            // and no content).
+            parsed.content.clear();
+        }
         if self.to_end && parsed.calls.is_empty() {
             // After guided JSON, held text without a call goes out as written, a
             // closed block too (live-checked, hermes and qwen3_coder).
