@@ -412,6 +412,17 @@ impl ToolJail {
         self.jailed || !self.partial.is_empty()
     }
 
+    /// The text held since the jail opened (none while free).
+    pub fn held_text(&self) -> Option<&str> {
+        self.jailed.then_some(self.held.as_str())
+    }
+
+    /// Stop holding: the held text goes to the caller.
+    pub fn take_held(&mut self) -> String {
+        self.jailed = false;
+        std::mem::take(&mut self.held)
+    }
+
     /// Take one piece of content.
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
         if self.jailed {

@@ -70,6 +70,9 @@ struct Choice {
     named_objects: bool,
     /// Such an object is streaming: the call index it takes.
     next_named: Option<usize>,
+    /// mistral and llama3_json under `required`, after the guided list: a list the
+    /// jail holds (mistral: `[TOOL_CALLS][…]` too) is read by the guided scan again.
+    rescan_lists: bool,
     /// Calls the jail released so far (the next release's indexes go on from here).
     calls_released: usize,
     /// The last text the reasoning stage released was reasoning (not answer).
@@ -473,6 +476,7 @@ impl ResponseState {
             guided_end_calls: None,
             named_objects: false,
             next_named: None,
+            rescan_lists: false,
             jailed: String::new(),
             answered_once: false,
             stepped: false,
@@ -659,6 +663,10 @@ impl ResponseState {
                                     let name = f.name();
                                     matches!(name, "llama3_json" | "mistral" | "hermes" | "default")
                                 });
+                        choice.rescan_lists = self.plan.tool_choice == ToolChoiceMode::Required
+                            && spec
+                                .tool_call
+                                .is_some_and(|f| matches!(f.name(), "mistral" | "llama3_json"));
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
@@ -940,15 +948,39 @@ impl ResponseState {
         } else if ending || closed.is_some() {
             guided.whole(&mut self.delta.calls);
         }
-        for call in &mut self.delta.calls {
+        // A rescanned `[TOOL_CALLS]` list: at the end, the family's parse of it adds
+        // its calls at the indexes the scan left free, as for guided JSON that never
+        // closed (live-checked: `[TOOL_CALLS][{"name": 7}, {B}]` streams B at the
+        // next index but one, the end adds B at the next).
+        let mut end_calls = (ending && guided.is_open_ended())
+            .then(|| {
+                let spec = self.plan.parsers.as_ref();
+                free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, None)
+            })
+            .flatten();
+        for call in self
+            .delta
+            .calls
+            .iter_mut()
+            .chain(end_calls.iter_mut().flatten())
+        {
             call.index += base;
+        }
+        if let Some(calls) = end_calls {
+            if self.plan.stream {
+                choice.guided_end_calls = Some(calls);
+            } else {
+                self.delta.calls.extend(calls);
+                self.delta.calls.sort_by_key(|c| c.index);
+            }
         }
         let Some(at) = closed else {
             return self.emit_guided(slot, tokens, finish, ending, answered, out);
         };
-        let tail = guided.tail(at).0.to_owned();
+        let (tail, taken) = guided.tail(at);
+        let tail = tail.to_owned();
         choice.next_named = None;
-        choice.calls_released = base + 1;
+        choice.calls_released = base + taken;
         self.emit_guided(slot, tokens, None, false, answered, out);
         self.emit_tail_after_guided(slot, tail, finish, ending, out)
     }
@@ -1082,6 +1114,17 @@ impl ResponseState {
         if ending || !self.delta.content.is_empty() || !harmony {
             jail.feed(&self.delta.content, &mut released);
         }
+        // mistral and llama3_json under `required`, after the guided list: a list the
+        // jail holds is read by Dynamo's guided scan again, its calls streaming on at
+        // the next indexes (live-checked). A list the start guess jailed ends where it
+        // closes, the text after it streams; mistral's `[TOOL_CALLS][…]` is held to
+        // the end, what follows the list is lost.
+        let rescanned = (choice.rescan_lists && !ending)
+            .then(|| jail.held_text())
+            .flatten()
+            .filter(|h| h.trim_start().starts_with('['))
+            .map(|h| h.starts_with("[TOOL_CALLS]"))
+            .map(|marked| (marked, jail.take_held()));
         let held = jail.is_holding();
         // The output ended with text held: the reference releases it after the piece.
         let finalized = if ending { jail.finish() } else { None };
@@ -1238,6 +1281,18 @@ impl ResponseState {
                 running.as_ref(),
             );
             sse::end_event(out);
+        }
+        if let Some((marked, list)) = rescanned {
+            let choice = &mut self.choices[slot];
+            choice.next_named = Some(choice.calls_released);
+            choice.guided = Some(if marked {
+                GuidedCalls::open_ended()
+            } else {
+                GuidedCalls::new(None)
+            });
+            self.delta.clear();
+            self.delta.content = list;
+            self.emit_after_guided(slot, 0, None, false, false, out);
         }
     }
 }
