@@ -942,7 +942,10 @@ impl ResponseState {
             return self.emit_jailed(slot, tokens, finish, ending, answered, out);
         };
         guided.feed(&std::mem::take(&mut self.delta.content));
-        let closed = guided.closed_at();
+        // The opening step sends nothing even when the object closes in it: its
+        // call and the text after it go with the next step's (live-checked: the
+        // token `{}\n` then "```" stream the call, then "\n```" as one chunk).
+        let closed = guided.closed_at().filter(|_| !opening || ending);
         if self.plan.stream && !(opening && closed.is_none() && !ending) {
             guided.fragments(&mut self.delta.calls);
         } else if ending || closed.is_some() {
