@@ -335,6 +335,9 @@ pub struct GuidedCalls {
     scan: Scan,
     /// Per call index: its id and how many bytes of its arguments went out.
     sent: Vec<Option<(String, usize)>>,
+    /// Read again from text the jail held after the guided value (mistral's
+    /// `[TOOL_CALLS][…]`): it never closes, all of it is held to the end.
+    open_ended: bool,
 }
 
 impl GuidedCalls {
@@ -345,7 +348,21 @@ impl GuidedCalls {
             text: String::new(),
             shape: Shape::Undecided,
             sent: Vec::new(),
+            open_ended: false,
         }
+    }
+
+    /// A `required` scan over text the jail held after the guided value closed.
+    pub fn open_ended() -> Self {
+        Self {
+            open_ended: true,
+            ..Self::new(None)
+        }
+    }
+
+    /// Read from held text after the guided value (see `open_ended`).
+    pub fn is_open_ended(&self) -> bool {
+        self.open_ended
     }
 
     /// Take one step of answer text; returns the shape the answer has now.
@@ -404,6 +421,9 @@ impl GuidedCalls {
     /// `required` array (bare call objects have no end: the next one may follow).
     /// Dynamo streams what follows as under the `auto` tool jail (live-checked).
     pub fn closed_at(&self) -> Option<usize> {
+        if self.open_ended {
+            return None;
+        }
         let start = self.text.len() - self.text.trim_start().len();
         match (self.text[start..].chars().next(), &self.named) {
             // Only a value that is JSON (`{""}` is none: what follows is dropped).

@@ -412,6 +412,17 @@ impl ToolJail {
         self.jailed || !self.partial.is_empty()
     }
 
+    /// The text held since the jail opened (none while free).
+    pub fn held_text(&self) -> Option<&str> {
+        self.jailed.then_some(self.held.as_str())
+    }
+
+    /// Stop holding: the held text goes to the caller.
+    pub fn take_held(&mut self) -> String {
+        self.jailed = false;
+        std::mem::take(&mut self.held)
+    }
+
     /// Take one piece of content.
     pub fn feed(&mut self, piece: &str, out: &mut Released) {
         if self.jailed {
@@ -508,6 +519,12 @@ impl ToolJail {
                     content: String::new(),
                 };
             }
+        }
+        if self.to_end && !parsed.calls.is_empty() && self.rules.basic_marker.is_some() {
+            // After guided JSON, held text with calls says only them (live-checked,
+            // llama3_json: `[{A}][{B}]<|python_tag|>{C}` after a named object is C
+            // and no content).
+            parsed.content.clear();
         }
         if self.to_end && parsed.calls.is_empty() {
             // After guided JSON, held text without a call goes out as written, a

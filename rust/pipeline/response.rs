@@ -70,6 +70,9 @@ struct Choice {
     named_objects: bool,
     /// Such an object is streaming: the call index it takes.
     next_named: Option<usize>,
+    /// mistral and llama3_json under `required`, after the guided list: a list the
+    /// jail holds (mistral: `[TOOL_CALLS][…]` too) is read by the guided scan again.
+    rescan_lists: bool,
     /// Calls the jail released so far (the next release's indexes go on from here).
     calls_released: usize,
     /// The last text the reasoning stage released was reasoning (not answer).
@@ -276,16 +279,22 @@ impl ResponseState {
                 && spec.tool_call.is_some_and(|f| {
                     matches!(
                         f.name(),
-                        "qwen3_coder" | "default" | "mistral" | "hermes" | "deepseek_v3_1"
+                        "qwen3_coder"
+                            | "default"
+                            | "mistral"
+                            | "hermes"
+                            | "deepseek_v3_1"
+                            | "llama3_json"
                     )
                 })
         }) {
             // Dynamo's unary aggregator reads a qwen3_coder, `default`, mistral,
-            // hermes or deepseek_v3_1 answer without calls again (cut by length:
-            // when it holds a start marker; the jail let it out as text;
+            // hermes, deepseek_v3_1 or llama3_json answer without calls again (cut
+            // by length: when it holds a start marker; the jail let it out as text;
             // live-checked: `fine<tool_call> ` says `fine`, `hi <|python_tag|>{"a"`
-            // says `hi `, `x<｜tool▁calls▁begin｜>\n` says `x`, while
-            // `<tool_call>|>` that stopped keeps its text).
+            // says `hi `, `x<｜tool▁calls▁begin｜>\n` says `x`, llama3_json's
+            // `x '{"a":1} <|python_tag|>` says `x '{"a":1} `, while `<tool_call>|>`
+            // that stopped keeps its text).
             let jail = family_jail(spec);
             let default = spec.tool_call.is_some_and(|f| f.name() == "default");
             let hermes = spec.tool_call.is_some_and(|f| f.name() == "hermes");
@@ -467,6 +476,7 @@ impl ResponseState {
             guided_end_calls: None,
             named_objects: false,
             next_named: None,
+            rescan_lists: false,
             jailed: String::new(),
             answered_once: false,
             stepped: false,
@@ -653,6 +663,10 @@ impl ResponseState {
                                     let name = f.name();
                                     matches!(name, "llama3_json" | "mistral" | "hermes" | "default")
                                 });
+                        choice.rescan_lists = self.plan.tool_choice == ToolChoiceMode::Required
+                            && spec
+                                .tool_call
+                                .is_some_and(|f| matches!(f.name(), "mistral" | "llama3_json"));
                         self.emit_guided(slot, tokens, None, false, answered, out);
                         return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
@@ -665,7 +679,13 @@ impl ResponseState {
                     let spec = self.plan.parsers.as_ref();
                     let end_calls = (ending && called && guided.closed_at().is_none())
                         .then(|| {
-                            free_index_calls(spec, guided, &self.delta.calls, self.plan.stream)
+                            free_index_calls(
+                                spec,
+                                guided,
+                                &self.delta.calls,
+                                self.plan.stream,
+                                named_tool(&self.plan.tool_choice),
+                            )
                         })
                         .flatten();
                     if called || !ending {
@@ -922,21 +942,48 @@ impl ResponseState {
             return self.emit_jailed(slot, tokens, finish, ending, answered, out);
         };
         guided.feed(&std::mem::take(&mut self.delta.content));
-        let closed = guided.closed_at();
+        // The opening step sends nothing even when the object closes in it: its
+        // call and the text after it go with the next step's (live-checked: the
+        // token `{}\n` then "```" stream the call, then "\n```" as one chunk).
+        let closed = guided.closed_at().filter(|_| !opening || ending);
         if self.plan.stream && !(opening && closed.is_none() && !ending) {
             guided.fragments(&mut self.delta.calls);
         } else if ending || closed.is_some() {
             guided.whole(&mut self.delta.calls);
         }
-        for call in &mut self.delta.calls {
+        // A rescanned `[TOOL_CALLS]` list: at the end, the family's parse of it adds
+        // its calls at the indexes the scan left free, as for guided JSON that never
+        // closed (live-checked: `[TOOL_CALLS][{"name": 7}, {B}]` streams B at the
+        // next index but one, the end adds B at the next).
+        let mut end_calls = (ending && guided.is_open_ended())
+            .then(|| {
+                let spec = self.plan.parsers.as_ref();
+                free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, None)
+            })
+            .flatten();
+        for call in self
+            .delta
+            .calls
+            .iter_mut()
+            .chain(end_calls.iter_mut().flatten())
+        {
             call.index += base;
+        }
+        if let Some(calls) = end_calls {
+            if self.plan.stream {
+                choice.guided_end_calls = Some(calls);
+            } else {
+                self.delta.calls.extend(calls);
+                self.delta.calls.sort_by_key(|c| c.index);
+            }
         }
         let Some(at) = closed else {
             return self.emit_guided(slot, tokens, finish, ending, answered, out);
         };
-        let tail = guided.tail(at).0.to_owned();
+        let (tail, taken) = guided.tail(at);
+        let tail = tail.to_owned();
         choice.next_named = None;
-        choice.calls_released = base + 1;
+        choice.calls_released = base + taken;
         self.emit_guided(slot, tokens, None, false, answered, out);
         self.emit_tail_after_guided(slot, tail, finish, ending, out)
     }
@@ -1070,6 +1117,17 @@ impl ResponseState {
         if ending || !self.delta.content.is_empty() || !harmony {
             jail.feed(&self.delta.content, &mut released);
         }
+        // mistral and llama3_json under `required`, after the guided list: a list the
+        // jail holds is read by Dynamo's guided scan again, its calls streaming on at
+        // the next indexes (live-checked). A list the start guess jailed ends where it
+        // closes, the text after it streams; mistral's `[TOOL_CALLS][…]` is held to
+        // the end, what follows the list is lost.
+        let rescanned = (choice.rescan_lists && !ending)
+            .then(|| jail.held_text())
+            .flatten()
+            .filter(|h| h.trim_start().starts_with('['))
+            .map(|h| h.starts_with("[TOOL_CALLS]"))
+            .map(|marked| (marked, jail.take_held()));
         let held = jail.is_holding();
         // The output ended with text held: the reference releases it after the piece.
         let finalized = if ending { jail.finish() } else { None };
@@ -1227,6 +1285,18 @@ impl ResponseState {
             );
             sse::end_event(out);
         }
+        if let Some((marked, list)) = rescanned {
+            let choice = &mut self.choices[slot];
+            choice.next_named = Some(choice.calls_released);
+            choice.guided = Some(if marked {
+                GuidedCalls::open_ended()
+            } else {
+                GuidedCalls::new(None)
+            });
+            self.delta.clear();
+            self.delta.content = list;
+            self.emit_after_guided(slot, 0, None, false, false, out);
+        }
     }
 }
 
@@ -1314,13 +1384,7 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         // stay text, `[TOOL_CALLS][{A}]```json…]` is no call (the text goes out
         // whole), `[TOOL_CALLS]f[ARGS]{…}[TOOL_CALLS][{A}, {B}]` is A and B.
         Some("mistral") => Some(mistral_held_calls(answer)),
-        // Its llama3_json parse of the JSON after `<|python_tag|>` (live-checked:
-        // `<|python_tag|>{A}{B}` is the call A); without the marker, its basic
-        // parse, JSON cut short not closed (`x {A}\n{B}` stays text).
-        Some("llama3_json") => Some(
-            basic_whole::marked_values(answer, "<|python_tag|>")
-                .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_tag|>", false).calls),
-        ),
+        Some("llama3_json") => Some(llama3_held_calls(answer)),
         // Its hermes parse of the closed blocks, JSON not closed (live-checked:
         // several blocks are one JSON list, so one broken block leaves them all
         // text; a fenced object followed by text is no call).
@@ -1450,6 +1514,9 @@ fn reread_unary(
         // mistral by its whole objects after the first marker, cut JSON not
         // closed (live-checked: a named choice's `[TOOL_CALLS][{A}]```json…]`,
         // text in the stream, is the call A; `,{"name":"","arguments":{` stays text).
+        // A `[TOOL_CALLS]…[/TOOL_CALLS]` pair without a call keeps the text
+        // (live-checked: `[TOOL_CALLS][{A}][TOOL_CALLS]f[ARGS]{}[/TOOL_CALLS]`).
+        "mistral" if basic_whole::paired_as_written(answer).is_some() => return None,
         "mistral" => {
             let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
             (parse.calls, parse.content.unwrap_or_default())
@@ -1582,9 +1649,10 @@ fn free_index_calls(
     guided: &GuidedCalls,
     whole: &[CallDelta],
     stream: bool,
+    named: Option<&str>,
 ) -> Option<Vec<CallDelta>> {
     let text = guided.text();
-    let calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
+    let mut calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
         Some("hermes") => numbered_calls(hermes_whole::parse_whole(text, Repair::Never).calls),
         Some("llama3_json") => {
             numbered_calls(basic_whole::parse_whole(text, "<|python_tag|>", false).calls)
@@ -1594,6 +1662,9 @@ fn free_index_calls(
         Some("qwen3_coder") => held_answer_calls(spec?, text),
         _ => return None,
     };
+    // A named choice counts only its tool's calls (live-checked, llama3_json:
+    // `{<|python_tag|>{"name":"","arguments":{}}` ends with a bare finish chunk).
+    calls.retain(|c| named.map_or(true, |n| c.name.as_deref() == Some(n)));
     if calls.is_empty() {
         return None;
     }
@@ -1612,12 +1683,12 @@ fn free_index_calls(
 /// sends a bare finish chunk before a usage chunk (live-checked on every family
 /// here), holding whether the last chunk says `"content":""`, which is whether
 /// the family's end parse finds calls in it. llama3_json, mistral, pythonic: the
-/// basic JSON parse, cut JSON not closed (`{A}` and `[TOOL_CALLS][A] }` do, `{A} hi`,
+/// basic JSON parse (llama3_json: its bare JSON reading first), cut JSON not closed (`{A}` and `[TOOL_CALLS][A] }` do, `{A} hi`,
 /// `{A}{B}` and `[TOOL_CALLS][A]]` — read to the last `]` — do not; pythonic's own
 /// parse first); deepseek_v3_1: trailing call objects, then its own parse; hermes:
 /// one whole bare call object; qwen3_coder: that, or calls its held answer's parse
 /// finds (`{A} hi <tool_call>…</tool_call>`; cut JSON `{"name":"f","arguments":{}`
-/// is none); `default`: its forced-choice parse, a named choice counting only its
+/// is none); `default`: its forced-choice parse. A named choice counts only its
 /// tool's calls. `None` for other families, or once the guided value closed.
 fn held_answer_end(
     spec: Option<&ChatParserSpec>,
@@ -1629,7 +1700,7 @@ fn held_answer_end(
     }
     let text = guided.text();
     let calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
-        Some("llama3_json") => basic_whole::parse_whole(text, "<|python_tag|>", false).calls,
+        Some("llama3_json") => llama3_held_calls(text),
         // Each piece after a marker read to its last bracket (`[TOOL_CALLS][A]]`
         // is no call), as its held answer is read.
         Some("mistral") => mistral_held_calls(text),
@@ -1648,16 +1719,40 @@ fn held_answer_end(
             return Some(guided.is_one_bare_call() || parsed);
         }
         // Live-checked: `{"name":"","parameters":{` and a named `{` make the bare
-        // finish chunk too; a named choice counts only its tool's calls
-        // (`{<|python_tag|>{"name":"","parameters":{}}` says no content).
-        Some("default") => {
-            let mut calls = default_whole::forced_calls(text);
-            calls.retain(|(name, _)| named.map_or(true, |n| n == name));
-            calls
-        }
+        // finish chunk too.
+        Some("default") => default_whole::forced_calls(text),
         _ => return None,
     };
-    Some(!calls.is_empty())
+    // A named choice counts only its tool's calls (live-checked, `default` and
+    // llama3_json: `{<|python_tag|>{"name":"","arguments":{}}` says no content).
+    Some(
+        calls
+            .iter()
+            .any(|(name, _)| named.map_or(true, |n| n == name)),
+    )
+}
+
+/// The tool a named choice forces, if any.
+fn named_tool(choice: &ToolChoiceMode) -> Option<&str> {
+    match choice {
+        ToolChoiceMode::Named(name) => Some(name.as_str()),
+        _ => None,
+    }
+}
+
+/// llama3_json's reading of a forced choice's held answer: Dynamo's bare JSON
+/// reading first (the text from its first `{`/`[` read whole, markers or not;
+/// live-checked: `<|python_tag|></<tool_cfine{A}` is the call A), then its parse
+/// of the JSON after `<|python_tag|>` (live-checked: `<|python_tag|>{A}{B}` is
+/// the call A); without the marker, its basic parse, JSON cut short not closed
+/// (`x {A}\n{B}` stays text).
+fn llama3_held_calls(answer: &str) -> Vec<(String, String)> {
+    let bare = default_whole::bare_calls(answer);
+    if !bare.is_empty() {
+        return bare;
+    }
+    basic_whole::marked_values(answer, "<|python_tag|>")
+        .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_tag|>", false).calls)
 }
 
 /// pythonic's reading of a forced choice's held answer: its pythonic parse, or
@@ -1670,11 +1765,13 @@ fn pythonic_held_calls(answer: &str) -> Vec<(String, String)> {
         .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_start|>", false).calls)
 }
 
-/// mistral's reading of a forced choice's held answer: each piece after a
+/// mistral's reading of a forced choice's held answer: with a `[TOOL_CALLS]…
+/// [/TOOL_CALLS]` pair, only the pairs' insides; else each piece after a
 /// `[TOOL_CALLS]` that opens with `[`/`{` read to its last `]`/`}`, arguments
 /// as written; without the marker, its basic JSON parse, cut JSON not closed.
 fn mistral_held_calls(answer: &str) -> Vec<(String, String)> {
-    basic_whole::marked_as_written(answer, "[TOOL_CALLS]")
+    basic_whole::paired_as_written(answer)
+        .or_else(|| basic_whole::marked_as_written(answer, "[TOOL_CALLS]"))
         .unwrap_or_else(|| basic_whole::parse_whole(answer, "[TOOL_CALLS]", false).calls)
 }
 

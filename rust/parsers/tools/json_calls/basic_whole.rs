@@ -273,6 +273,16 @@ pub fn marked_as_written(text: &str, marker: &str) -> Option<Vec<(String, String
     Some(calls)
 }
 
+/// The calls in a forced tool choice's held answer with a `[TOOL_CALLS]…[/TOOL_CALLS]`
+/// pair in it, as Dynamo's mistral reads it at the end of output (live-checked):
+/// only the pairs' insides (several: one list), arguments as written
+/// (`[TOOL_CALLS][{A}][/TOOL_CALLS] x` is A; `[TOOL_CALLS]x[TOOL_CALLS][{A}][/TOOL_CALLS]`
+/// none). `None` without a pair.
+pub fn paired_as_written(text: &str) -> Option<Vec<(String, String)>> {
+    let json = paired(text)?;
+    Some(mistral_calls(&json).unwrap_or_default())
+}
+
 /// The whole elements at the start of a list's insides, up to the first that is not.
 fn whole_elements(mut rest: &str) -> Vec<&str> {
     let mut found = Vec::new();
@@ -291,13 +301,24 @@ fn marked(text: &str, marker: &str, before: &str) -> WholeParse {
     // the piece cut at its last bracket, `{A}}` gives `{A}`), joined as one list:
     // a list's elements and an object as written.
     let mut items = Vec::new();
-    for json in text.split(marker).flat_map(piece_values) {
-        if json.starts_with('[') {
-            if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(json) {
+    for piece in text.split(marker) {
+        // A piece opening with `[` counts only when, cut at its last `]`, it is one
+        // list (live-checked: `[{A}][{B}]<|python_tag|>{C}` and `<|python_tag|>[{A}]]`
+        // give no call from it).
+        if let Some(list) = cut_json_piece(piece).filter(|p| p.starts_with('[')) {
+            if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(list) {
                 items.extend(list.iter().map(|item| item.get()));
             }
-        } else {
-            items.push(json);
+            continue;
+        }
+        for json in piece_values(piece) {
+            if json.starts_with('[') {
+                if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(json) {
+                    items.extend(list.iter().map(|item| item.get()));
+                }
+            } else {
+                items.push(json);
+            }
         }
     }
     if items.is_empty() {
@@ -529,6 +550,21 @@ mod tests {
             Some(1)
         );
         assert_eq!(read(a), None);
+    }
+
+    #[test]
+    fn held_answer_pairs_are_read_alone() {
+        let a = r#"{"name":"a","arguments":{"x": 1}}"#;
+        let read = |text: &str| paired_as_written(text);
+        assert_eq!(
+            read(&format!("[TOOL_CALLS][{a}][/TOOL_CALLS] tail")),
+            Some(one("a", r#"{"x": 1}"#))
+        );
+        assert_eq!(
+            read(&format!("[TOOL_CALLS]x[TOOL_CALLS][{a}][/TOOL_CALLS]")),
+            Some(vec![])
+        );
+        assert_eq!(read(&format!("[TOOL_CALLS][{a}]")), None);
     }
 
     #[test]
