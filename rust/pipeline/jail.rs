@@ -738,6 +738,11 @@ impl ToolJail {
         }
     }
 
+    /// The family's start markers.
+    pub fn start_markers(&self) -> &'static [&'static str] {
+        self.rules.starts
+    }
+
     /// Dynamo's unary aggregator reads an answer again whole (qwen3_coder): the
     /// calls the jail's parse finds, and the text before the first start marker
     /// as written, whether calls were found or not (live-checked: `fine<tool_call> `

@@ -334,6 +334,20 @@ impl ResponseState {
                     continue;
                 }
                 if let Some(parsed) = jail.reread(&choice.content) {
+                    if parsed.calls.is_empty() {
+                        // Without calls it cuts the text at the first start marker
+                        // outside a quoted span, else keeps it whole (live-checked:
+                        // `{"a<TOOLCALL>[{"name": "y` says all of it).
+                        let cut = jail
+                            .start_markers()
+                            .iter()
+                            .filter_map(|m| unquoted_marker_at(&choice.content, m))
+                            .min();
+                        if let Some(at) = cut {
+                            choice.content.truncate(at);
+                        }
+                        continue;
+                    }
                     choice.content = parsed.content;
                     choice.calls = parsed
                         .calls
@@ -1528,7 +1542,7 @@ fn reread_unary(
         "default"
             if default_whole::STARTS
                 .iter()
-                .any(|m| unquoted_marker(answer, m)) =>
+                .any(|m| unquoted_marker_at(answer, m).is_some()) =>
         {
             let parse = default_whole::parse_whole(answer, Reading::End);
             (parse.calls, parse.content)
@@ -1567,13 +1581,13 @@ fn reread_unary(
     (!calls.is_empty()).then_some((calls, content))
 }
 
-/// Whether `marker` stands in `text` outside a quoted span, as Dynamo's unary
+/// Where `marker` first stands in `text` outside a quoted span, as Dynamo's unary
 /// aggregator looks for a native marker before it reads a forced choice's
 /// answer again (live-checked: `"<TOOLCALL>{…` stays text). A `"`, `'` or `` ` ``
 /// opens a span only when the same quote, unescaped, comes later; a `'` after
 /// a letter or digit, or before one with no `'` later, is an apostrophe, and
 /// one between two letters or digits never ends a span.
-fn unquoted_marker(text: &str, marker: &str) -> bool {
+fn unquoted_marker_at(text: &str, marker: &str) -> Option<usize> {
     const QUOTES: [char; 3] = ['"', '\'', '`'];
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     let alnum = |i: Option<usize>| {
@@ -1617,10 +1631,10 @@ fn unquoted_marker(text: &str, marker: &str) -> bool {
             }
         }
         if text[offset..].starts_with(marker) {
-            return true;
+            return Some(offset);
         }
     }
-    false
+    None
 }
 
 /// Dynamo's unary aggregator's hermes parse of an answer the stream let out
@@ -1982,15 +1996,21 @@ fn completion_choices<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::unquoted_marker;
+    use super::unquoted_marker_at;
 
     #[test]
     fn a_marker_in_a_closed_quote_is_prose() {
-        assert!(unquoted_marker("x <TOOLCALL>{", "<TOOLCALL>"));
-        assert!(!unquoted_marker(r#""<TOOLCALL>{"a":"#, "<TOOLCALL>"));
+        assert_eq!(unquoted_marker_at("x <TOOLCALL>{", "<TOOLCALL>"), Some(2));
+        assert_eq!(
+            unquoted_marker_at(r#""<TOOLCALL>{"a":"#, "<TOOLCALL>"),
+            None
+        );
         // A quote that never closes quotes nothing; an apostrophe is no quote.
-        assert!(unquoted_marker(r#"" <TOOLCALL>"#, "<TOOLCALL>"));
-        assert!(unquoted_marker("it's <TOOLCALL> 'x'", "<TOOLCALL>"));
-        assert!(!unquoted_marker("'<TOOLCALL>' ok", "<TOOLCALL>"));
+        assert_eq!(unquoted_marker_at(r#"" <TOOLCALL>"#, "<TOOLCALL>"), Some(2));
+        assert_eq!(
+            unquoted_marker_at("it's <TOOLCALL> 'x'", "<TOOLCALL>"),
+            Some(5)
+        );
+        assert_eq!(unquoted_marker_at("'<TOOLCALL>' ok", "<TOOLCALL>"), None);
     }
 }
