@@ -310,6 +310,14 @@ impl JailRules {
             .and_then(|short| text.rfind(short))
     }
 
+    /// Harmony: text before a held marker prefix that holds `<|channel|>` is not
+    /// let out; the jail opens on the whole text instead (live-checked: a held
+    /// `<|channel|>` then `<|start|>` is jailed whole, while a held `<|start|>`
+    /// then `<|channel|>` lets `<|start|>` out).
+    fn harmony_opens_before(&self, passed: &str) -> bool {
+        self.trigger == Trigger::Harmony && passed.contains(harmony_whole::CHANNEL)
+    }
+
     fn partial_suffix(&self, text: &str) -> Option<usize> {
         text.char_indices().map(|(i, _)| i).find(|&i| {
             let tail = &text[i..];
@@ -463,6 +471,7 @@ impl ToolJail {
             .rules
             .partial_suffix(&combined)
             .or_else(|| self.rules.harmony_open_tail(&combined))
+            .filter(|&at| !self.rules.harmony_opens_before(&combined[..at]))
         {
             passed.push_str(&combined[..at]);
             self.partial = combined[at..].to_owned();

@@ -228,7 +228,8 @@ impl ResponseState {
         if !self.plan.stream {
             // Dynamo's unary answer drops the last call when its arguments are not
             // JSON and the output was cut by length (taken as cut off; the stream
-            // keeps it; live-checked with kimi_k2).
+            // keeps it; live-checked with kimi_k2 and harmony: only the last one,
+            // a non-JSON call before it stays).
             for choice in &mut self.choices {
                 if choice.finish_reason == Some("length")
                     && choice.calls.last().is_some_and(|c| !is_valid(&c.arguments))
@@ -240,18 +241,6 @@ impl ResponseState {
         self.usage.reasoning_tokens = self.reasoning_tokens();
         if self.plan.batch_part.is_some() {
             return; // the batch writes the usage, [DONE], or the merged body
-        }
-        if !self.plan.stream && self.plan.unary_harmony_cleanup {
-            // Dynamo's unary aggregator drops, on a `length` finish, a last call
-            // whose arguments are not JSON (live-checked with harmony).
-            for choice in &mut self.choices {
-                let cut = choice.calls.last().is_some_and(|call| {
-                    serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments).is_err()
-                });
-                if choice.finish_reason == Some("length") && cut {
-                    choice.calls.pop();
-                }
-            }
         }
         if !self.plan.stream && self.plan.unary_harmony_cleanup {
             // Dynamo's unary aggregator re-reads a harmony answer that holds
