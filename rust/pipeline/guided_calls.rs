@@ -618,6 +618,21 @@ mod tests {
     }
 
     #[test]
+    fn a_rescanned_marker_list_never_closes() {
+        let mut calls = GuidedCalls::open_ended();
+        calls.feed(r#"[TOOL_CALLS][{"name": 7}, {"name":"b","arguments":{}}] tail"#);
+        let mut out = Vec::new();
+        calls.fragments(&mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].index, out[0].arguments.as_str()), (1, "{}"));
+        assert!(calls.is_open_ended() && calls.closed_at().is_none());
+        // The same text from a plain scan closes at the marker's own `]`.
+        let mut plain = GuidedCalls::new(None);
+        plain.feed("[TOOL_CALLS][]");
+        assert_eq!(plain.closed_at(), Some(12));
+    }
+
+    #[test]
     fn the_guided_value_ends_where_it_closes_as_json() {
         let mut named = GuidedCalls::new(Some("f".into()));
         named.feed(r#" {"a": 1} hi"#);

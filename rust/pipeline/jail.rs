@@ -516,6 +516,22 @@ impl ToolJail {
                 calls: numbered(calls),
             });
         }
+        if self.to_end && self.rules.mistral {
+            // After guided JSON, Dynamo's forced-choice finalize reads what it held
+            // as the held answer (live-checked: `[TOOL_CALLS][{A}, {B}][ARGS]x` after
+            // a named object is no call, the text as written).
+            let calls = basic_whole::paired_as_written(&held)
+                .or_else(|| basic_whole::marked_as_written(&held, "[TOOL_CALLS]"))
+                .unwrap_or_else(|| basic_whole::parse_whole(&held, "[TOOL_CALLS]", false).calls);
+            return Some(Parsed {
+                content: if calls.is_empty() {
+                    held
+                } else {
+                    String::new()
+                },
+                calls: numbered(calls),
+            });
+        }
         let mut parsed = self.parse_at(&held, Reading::End);
         if self.to_end && parsed.calls.is_empty() && self.rules.trigger == Trigger::Pythonic {
             // After guided JSON Dynamo reads held text as the forced choice's answer:

@@ -454,6 +454,26 @@ mod tests {
     }
 
     #[test]
+    fn a_list_piece_must_be_one_list() {
+        let (a, c) = (
+            r#"{"name":"a","arguments":{}}"#,
+            r#"{"name":"c","arguments":{"x":1}}"#,
+        );
+        assert_eq!(
+            parse(&format!("[{a}][{a}]{TAG}{c}")),
+            (one("c", r#"{"x":1}"#), Some(format!("[{a}][{a}]")))
+        );
+        assert_eq!(
+            parse(&format!("{TAG}[{a}]]")),
+            (vec![], Some(String::new()))
+        );
+        assert_eq!(
+            parse(&format!("{TAG}[{a}] x")),
+            (one("a", "{}"), Some(String::new()))
+        );
+    }
+
+    #[test]
     fn mistral_reads_whole_objects_only() {
         let read = |text| {
             let parse = parse_whole_objects(text, "[TOOL_CALLS]", true);
