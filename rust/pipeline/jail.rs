@@ -532,7 +532,14 @@ impl ToolJail {
                 calls: numbered(calls),
             });
         }
-        let mut parsed = self.parse_at(&held, Reading::End);
+        // After guided JSON, Dynamo's forced-choice finalize reads hermes' held text
+        // without closing cut JSON (live-checked: `}{"name":"` stays text).
+        let reading = if self.to_end && self.rules.hermes_whole {
+            Reading::Streaming
+        } else {
+            Reading::End
+        };
+        let mut parsed = self.parse_at(&held, reading);
         if self.to_end && parsed.calls.is_empty() && self.rules.trigger == Trigger::Pythonic {
             // After guided JSON Dynamo reads held text as the forced choice's answer:
             // its basic JSON parse too (live-checked, pythonic: a JSON list of calls
@@ -558,6 +565,11 @@ impl ToolJail {
                 calls: Vec::new(),
                 content: held,
             });
+        }
+        if self.to_end && self.rules.hermes_whole {
+            // Dynamo's forced-choice finalize says no text beside the calls it
+            // found (live-checked, hermes: `<tooé` + a call object says only the call).
+            parsed.content.clear();
         }
         Some(parsed)
     }
@@ -829,9 +841,14 @@ impl ToolJail {
                 // guessed jail's `{x<tool_call>y` releases `{x`, ` {x ` + `<tool_call>`
                 // releases ` {x`, `<  <tool_call>` releases `<`).
                 if let Some(at) = self.rules.first_start(text) {
+                    let content = if hermes_whole::lone_empty_block(text) {
+                        String::new()
+                    } else {
+                        text[..at].trim_end().to_owned()
+                    };
                     return Parsed {
                         calls: Vec::new(),
-                        content: text[..at].trim_end().to_owned(),
+                        content,
                     };
                 }
                 // The end marker that ended a guessed jail is not said, and the

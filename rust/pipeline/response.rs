@@ -1390,14 +1390,21 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         Some("llama3_json") => Some(llama3_held_calls(answer)),
         // Its hermes parse of the closed blocks, JSON not closed (live-checked:
         // several blocks are one JSON list, so one broken block leaves them all
-        // text; a fenced object followed by text is no call).
-        Some("hermes") => Some(
+        // text; a fenced object followed by text is no call). With no block closed,
+        // its bare JSON reading: the text from the first `{`/`[` as written
+        // (live-checked: `hi <tool_call>{A}` is A, `<tool_call>{"name":"f",
+        // "arguments":{"a":1` stays text).
+        Some("hermes") => Some(if answer.contains("</tool_call>") {
             hermes_whole::parse_whole(
                 closed_blocks(answer, "<tool_call>", "</tool_call>"),
                 Repair::Never,
             )
-            .calls,
-        ),
+            .calls
+        } else {
+            answer.find(['{', '[']).map_or_else(Vec::new, |at| {
+                hermes_whole::parse_whole(&answer[at..], Repair::Never).calls
+            })
+        }),
         _ => None,
     };
     if let Some(calls) = whole {

@@ -100,6 +100,14 @@ pub fn parse_closed_whole(text: &str) -> WholeParse {
     parse_whole(&closed(text.trim()), Repair::Never)
 }
 
+/// Whether the text's only closed block is empty: Dynamo's parse then says nothing,
+/// not even the text before it (live-checked: a guessed jail's `{x<tool_call></tool_call>`
+/// says nothing; two blocks are read as their list, never empty).
+pub fn lone_empty_block(text: &str) -> bool {
+    text.find(START)
+        .is_some_and(|at| matches!(blocks(&text[at..]).as_slice(), [""]))
+}
+
 /// The trimmed insides of the closed blocks, each to the first end tag after it.
 fn blocks(mut text: &str) -> Vec<&str> {
     let mut found = Vec::new();
