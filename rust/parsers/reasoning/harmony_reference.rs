@@ -292,3 +292,17 @@ impl ReasoningParse for ReferenceHarmony {
         self.call.clear();
     }
 }
+
+#[cfg(test)]
+mod scratch {
+    use super::*;
+    #[test]
+    fn scratch_print() {
+        let mut p = ReferenceHarmony::new(None);
+        for piece in ["<|channel|>final<|message|>", "<|channel|>", "<|start|>assistant<|channel|>commentary", " to=functions.get_weather <|constrain|>json", "<|message|>", "{\"city\": \"x\"}", "<|call|>"] {
+            let mut out = Delta::default();
+            p.feed(piece, &mut out);
+            eprintln!("{piece:?} -> c={:?} r={:?}", out.content, out.reasoning);
+        }
+    }
+}
