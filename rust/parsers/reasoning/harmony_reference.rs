@@ -294,15 +294,34 @@ impl ReasoningParse for ReferenceHarmony {
 }
 
 #[cfg(test)]
-mod scratch {
+mod tests {
     use super::*;
-    #[test]
-    fn scratch_print() {
-        let mut p = ReferenceHarmony::new(None);
-        for piece in ["<|channel|>final<|message|>", "<|channel|>", "<|start|>assistant<|channel|>commentary", " to=functions.get_weather <|constrain|>json", "<|message|>", "{\"city\": \"x\"}", "<|call|>"] {
-            let mut out = Delta::default();
-            p.feed(piece, &mut out);
-            eprintln!("{piece:?} -> c={:?} r={:?}", out.content, out.reasoning);
+
+    fn content(pieces: &[&str]) -> String {
+        let mut parser = ReferenceHarmony::new(None);
+        let mut out = Delta::default();
+        for piece in pieces {
+            parser.feed(piece, &mut out);
         }
+        parser.finish(&mut out);
+        out.content
+    }
+
+    #[test]
+    fn a_held_call_goes_out_from_its_last_channel_marker() {
+        let head = "<|channel|>commentary to=functions.f<|message|>{\"a";
+        assert_eq!(
+            content(&[
+                head,
+                "b<|channel|>commentary to=functions.g",
+                " json<|message|>{}",
+                "<|call|>"
+            ]),
+            "<|channel|>commentary to=functions.g json<|message|>{}<|call|>"
+        );
+        assert_eq!(
+            content(&[head, "b}", "<|call|>"]),
+            "<|channel|>commentary to=functions.f<|message|>{\"ab}<|call|>"
+        );
     }
 }
