@@ -246,8 +246,10 @@ impl JailRules {
                         }))
             }
             Trigger::Marker => self.marker_or_prefix_ends(text),
+            // The marker prefix is looked for at the end of the trimmed text
+            // (live-checked: a held `<|start|>` then `  ` opens the jail).
             Trigger::Harmony => {
-                self.marker_or_prefix_ends(text)
+                self.marker_or_prefix_ends(text.trim_end())
                     || text.contains(harmony_whole::CHANNEL)
                     || text.contains(harmony_whole::CALL)
             }

@@ -292,3 +292,36 @@ impl ReasoningParse for ReferenceHarmony {
         self.call.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn content(pieces: &[&str]) -> String {
+        let mut parser = ReferenceHarmony::new(None);
+        let mut out = Delta::default();
+        for piece in pieces {
+            parser.feed(piece, &mut out);
+        }
+        parser.finish(&mut out);
+        out.content
+    }
+
+    #[test]
+    fn a_held_call_goes_out_from_its_last_channel_marker() {
+        let head = "<|channel|>commentary to=functions.f<|message|>{\"a";
+        assert_eq!(
+            content(&[
+                head,
+                "b<|channel|>commentary to=functions.g",
+                " json<|message|>{}",
+                "<|call|>"
+            ]),
+            "<|channel|>commentary to=functions.g json<|message|>{}<|call|>"
+        );
+        assert_eq!(
+            content(&[head, "b}", "<|call|>"]),
+            "<|channel|>commentary to=functions.f<|message|>{\"ab}<|call|>"
+        );
+    }
+}

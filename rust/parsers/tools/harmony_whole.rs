@@ -4,6 +4,7 @@
 //! mode uses it; the standalone harmony parser streams calls as they close.
 //! What the live reference does, as the differential fuzzer pinned it down:
 //!
+//! - a text without any Harmony marker reads as nothing (all of it header);
 //! - the text is first read as Harmony messages started inside an assistant
 //!   header (the header rules are [`parse_header`]'s); `<|end|>`, `<|return|>`
 //!   and `<|call|>` end a body, anything but `<|start|>` after one, or a header
@@ -112,6 +113,11 @@ pub struct WholeParse {
 
 /// Parse `text` as Dynamo 1.6.1's harmony tool parser does (see the module doc).
 pub fn parse_whole(text: &str) -> WholeParse {
+    // A text without any Harmony marker is all header: it reads as nothing
+    // (live-checked: a jailed `<|c x y` or `<|channel|\nx y` releases `""`).
+    if !MARKERS.iter().any(|m| text.contains(m)) {
+        return WholeParse::default();
+    }
     read_messages(text).unwrap_or_else(|| recover(text))
 }
 
@@ -464,6 +470,13 @@ mod tests {
             "A\nB"
         );
         assert_eq!(content("<|call|>"), "");
+    }
+
+    #[test]
+    fn a_text_without_markers_reads_as_nothing() {
+        assert_eq!(parse_whole("<|c x y"), WholeParse::default());
+        assert_eq!(parse_whole("<|channel|\nx y"), WholeParse::default());
+        assert_eq!(content("<|channel|> x y"), "x y");
     }
 
     #[test]
