@@ -626,10 +626,13 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].index, out[0].arguments.as_str()), (1, "{}"));
         assert!(calls.is_open_ended() && calls.closed_at().is_none());
-        // The same text from a plain scan closes at the marker's own `]`.
+        // A plain scan's list ends where it closes as JSON.
         let mut plain = GuidedCalls::new(None);
-        plain.feed("[TOOL_CALLS][]");
-        assert_eq!(plain.closed_at(), Some(12));
+        plain.feed(r#"[{"name":"b","arguments":{}}] tail"#);
+        assert_eq!(plain.closed_at(), Some(29));
+        let mut reopened = GuidedCalls::open_ended();
+        reopened.feed(r#"[{"name":"b","arguments":{}}] tail"#);
+        assert_eq!(reopened.closed_at(), None);
     }
 
     #[test]
