@@ -118,9 +118,15 @@ impl JailRules {
                     &["</tool_call>"],
                     Trigger::Marker,
                 ),
+                // Dynamo's singular section markers count too (live-checked:
+                // `<|tool_call_s` is held as a marker prefix).
                 "kimi_k2" => (
-                    &["<|tool_calls_section_begin|>", "<|tool_call_begin|>"],
-                    &["<|tool_calls_section_end|>"],
+                    &[
+                        "<|tool_calls_section_begin|>",
+                        "<|tool_call_begin|>",
+                        "<|tool_call_section_begin|>",
+                    ],
+                    &["<|tool_calls_section_end|>", "<|tool_call_section_end|>"],
                     Trigger::Marker,
                 ),
                 "harmony" => (
@@ -1060,10 +1066,14 @@ impl ToolJail {
                 content: if says { text.to_owned() } else { String::new() },
             };
         }
-        let section = self.rules.starts.first().and_then(|m| text.find(m));
-        let content = section
-            .or_else(|| self.rules.first_start(text))
-            .map_or(text, |at| &text[..at]);
+        let section = kimi_whole::first_section(text);
+        // Before a section its trailing whitespace stays (live-checked:
+        // `<|tool_call_begin|>  ` + a section says `<|tool_call_begin|>  `).
+        let content = match section.or_else(|| self.rules.first_start(text)) {
+            Some(at) if section.is_some() => text[..at].trim_start(),
+            Some(at) => text[..at].trim(),
+            None => text.trim(),
+        };
         Parsed {
             calls: calls
                 .into_iter()
@@ -1075,7 +1085,7 @@ impl ToolJail {
                     arguments: call.arguments,
                 })
                 .collect(),
-            content: content.trim().to_owned(),
+            content: content.to_owned(),
         }
     }
 
