@@ -866,8 +866,13 @@ impl ToolJail {
         if bare_cut {
             message.tool_calls.clear();
         }
-        if message.tool_calls.is_empty() && self.rules.bare_opener.is_some() {
-            if let Some(parsed) = self.xml_recovery(text.trim_end(), reading == Reading::End) {
+        let eof = reading == Reading::End;
+        // A bare function in the text around the blocks is a call of its own in
+        // Dynamo's reading, before the blocks' calls (live-checked:
+        // `<function=|><tool_call><function=a>` at the end is `|` and `a`).
+        let bare_gap = opener_in_text && self.bare_gap_call(text.trim_end(), eof);
+        if (message.tool_calls.is_empty() || bare_gap) && self.rules.bare_opener.is_some() {
+            if let Some(parsed) = self.xml_recovery(text.trim_end(), eof) {
                 return parsed;
             }
         }
@@ -966,6 +971,29 @@ impl ToolJail {
             calls: numbered(calls),
             content,
         })
+    }
+
+    /// Whether a `<function=` outside the `<tool_call>` blocks (before, between or
+    /// after them) is a call in Dynamo's reading: at the end of output, or with
+    /// both end tags after it in its stretch of text.
+    fn bare_gap_call(&self, text: &str, eof: bool) -> bool {
+        let mut cursor = 0;
+        loop {
+            let next = text[cursor..].find(QWEN3_OPEN).map(|at| cursor + at);
+            let gap = &text[cursor..next.unwrap_or(text.len())];
+            if let Some(at) = gap.find(QWEN3_FUNCTION) {
+                let tail = &gap[at..];
+                let closed = tail.contains(QWEN3_FUNCTION_END) && tail.contains(QWEN3_CLOSE);
+                if (eof || closed) && !self.function_blocks(tail).is_empty() {
+                    return true;
+                }
+            }
+            let Some(start) = next else { return false };
+            match text[start..].find(QWEN3_CLOSE) {
+                Some(end) => cursor = start + end + QWEN3_CLOSE.len(),
+                None => return false,
+            }
+        }
     }
 
     /// The `<function=NAME>BODY</function>` calls in `block` as Dynamo's pattern
