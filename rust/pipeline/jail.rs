@@ -118,9 +118,15 @@ impl JailRules {
                     &["</tool_call>"],
                     Trigger::Marker,
                 ),
+                // Dynamo's singular section markers count too (live-checked:
+                // `<|tool_call_s` is held as a marker prefix).
                 "kimi_k2" => (
-                    &["<|tool_calls_section_begin|>", "<|tool_call_begin|>"],
-                    &["<|tool_calls_section_end|>"],
+                    &[
+                        "<|tool_calls_section_begin|>",
+                        "<|tool_call_begin|>",
+                        "<|tool_call_section_begin|>",
+                    ],
+                    &["<|tool_calls_section_end|>", "<|tool_call_section_end|>"],
                     Trigger::Marker,
                 ),
                 "harmony" => (
@@ -909,8 +915,13 @@ impl ToolJail {
         if bare_cut {
             message.tool_calls.clear();
         }
-        if message.tool_calls.is_empty() && self.rules.bare_opener.is_some() {
-            if let Some(parsed) = self.xml_recovery(text.trim_end(), reading == Reading::End) {
+        let eof = reading == Reading::End;
+        // A bare function in the text around the blocks is a call of its own in
+        // Dynamo's reading, before the blocks' calls (live-checked:
+        // `<function=|><tool_call><function=a>` at the end is `|` and `a`).
+        let bare_gap = opener_in_text && self.bare_gap_call(text.trim_end(), eof);
+        if (message.tool_calls.is_empty() || bare_gap) && self.rules.bare_opener.is_some() {
+            if let Some(parsed) = self.xml_recovery(text.trim_end(), eof) {
                 return parsed;
             }
         }
@@ -1011,6 +1022,29 @@ impl ToolJail {
         })
     }
 
+    /// Whether a `<function=` outside the `<tool_call>` blocks (before, between or
+    /// after them) is a call in Dynamo's reading: at the end of output, or with
+    /// both end tags after it in its stretch of text.
+    fn bare_gap_call(&self, text: &str, eof: bool) -> bool {
+        let mut cursor = 0;
+        loop {
+            let next = text[cursor..].find(QWEN3_OPEN).map(|at| cursor + at);
+            let gap = &text[cursor..next.unwrap_or(text.len())];
+            if let Some(at) = gap.find(QWEN3_FUNCTION) {
+                let tail = &gap[at..];
+                let closed = tail.contains(QWEN3_FUNCTION_END) && tail.contains(QWEN3_CLOSE);
+                if (eof || closed) && !self.function_blocks(tail).is_empty() {
+                    return true;
+                }
+            }
+            let Some(start) = next else { return false };
+            match text[start..].find(QWEN3_CLOSE) {
+                Some(end) => cursor = start + end + QWEN3_CLOSE.len(),
+                None => return false,
+            }
+        }
+    }
+
     /// The `<function=NAME>BODY</function>` calls in `block` as Dynamo's pattern
     /// finds them: NAME up to the first `>` (trimmed, quotes dropped), BODY up to
     /// `</function>` or the end; a call cut inside its last parameter's value is
@@ -1109,10 +1143,14 @@ impl ToolJail {
                 content: if says { text.to_owned() } else { String::new() },
             };
         }
-        let section = self.rules.starts.first().and_then(|m| text.find(m));
-        let content = section
-            .or_else(|| self.rules.first_start(text))
-            .map_or(text, |at| &text[..at]);
+        let section = kimi_whole::first_section(text);
+        // Before a section its trailing whitespace stays (live-checked:
+        // `<|tool_call_begin|>  ` + a section says `<|tool_call_begin|>  `).
+        let content = match section.or_else(|| self.rules.first_start(text)) {
+            Some(at) if section.is_some() => text[..at].trim_start(),
+            Some(at) => text[..at].trim(),
+            None => text.trim(),
+        };
         Parsed {
             calls: calls
                 .into_iter()
@@ -1124,7 +1162,7 @@ impl ToolJail {
                     arguments: call.arguments,
                 })
                 .collect(),
-            content: content.trim().to_owned(),
+            content: content.to_owned(),
         }
     }
 

@@ -40,6 +40,14 @@ pub fn parse_whole(text: &str) -> Vec<WholeCall> {
     calls
 }
 
+/// Where the first section opens (either spelling of the section marker).
+pub fn first_section(text: &str) -> Option<usize> {
+    [KIMI_SECTIONS_BEGIN, KIMI_SECTION_BEGIN]
+        .iter()
+        .filter_map(|m| text.find(m))
+        .min()
+}
+
 /// Whether the parse of `text` without calls says any text (the jail then lets
 /// the held text out as it was, else drops it): the text outside its sections
 /// once one opens (an unclosed one runs to the end), else the text before the
