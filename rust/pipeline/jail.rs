@@ -788,6 +788,11 @@ impl ToolJail {
         self.rules.starts
     }
 
+    /// Whether a forced tool choice runs this jail as under `auto` (kimi_k2).
+    pub fn jails_forced_choice_as_auto(&self) -> bool {
+        self.rules.forced_as_auto
+    }
+
     /// Dynamo's unary aggregator reads an answer again whole (qwen3_coder): the
     /// calls the jail's parse finds, and the text before the first start marker
     /// as written, whether calls were found or not (live-checked: `fine<tool_call> `

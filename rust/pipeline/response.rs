@@ -65,9 +65,10 @@ struct Choice {
     guided: Option<GuidedCalls>,
     /// Calls the end parse of bare guided call objects adds to the finish chunk.
     guided_end_calls: Option<Vec<CallDelta>>,
-    /// llama3_json under a named choice, after its guided object: an object that
-    /// opens a piece the jail holds nothing of is another call to the named tool.
-    named_objects: bool,
+    /// After a forced choice's guided JSON: the characters whose JSON value, opening
+    /// a piece the jail holds nothing of, Dynamo's guided scan reads as more calls
+    /// (a named choice: `{`, another call to its tool; `required`: `[`/`{`).
+    guided_openers: &'static str,
     /// Such an object is streaming: the call index it takes.
     next_named: Option<usize>,
     /// mistral and llama3_json under `required`, after the guided list: a list the
@@ -477,7 +478,7 @@ impl ResponseState {
             had_calls: false,
             held_calls: Vec::new(),
             guided_end_calls: None,
-            named_objects: false,
+            guided_openers: "",
             next_named: None,
             rescan_lists: false,
             jailed: String::new(),
@@ -660,12 +661,21 @@ impl ResponseState {
                         choice.jail = Some(family_jail(spec).holding_to_end());
                         choice.calls_released = taken;
                         // hermes too (live-checked: `{A} x {B}`, `{A}{ ` are two calls).
-                        choice.named_objects =
-                            matches!(&self.plan.tool_choice, ToolChoiceMode::Named(_))
-                                && spec.tool_call.is_some_and(|f| {
-                                    let name = f.name();
-                                    matches!(name, "llama3_json" | "mistral" | "hermes" | "default")
-                                });
+                        // Under `required` the values the family's jail opens on: a
+                        // list or call object (`default`), a list (pythonic), each
+                        // streamed as guided calls, indexes going on (live-checked);
+                        // mistral's and llama3_json's lists are rescanned from the jail.
+                        let json_family =
+                            |f: &str| matches!(f, "llama3_json" | "mistral" | "hermes" | "default");
+                        let family = spec.tool_call.map_or("", |f| f.name());
+                        choice.guided_openers = match &self.plan.tool_choice {
+                            ToolChoiceMode::Named(_) if json_family(family) => "{",
+                            ToolChoiceMode::Required if matches!(family, "hermes" | "default") => {
+                                "{["
+                            }
+                            ToolChoiceMode::Required if family == "pythonic" => "[",
+                            _ => "",
+                        };
                         choice.rescan_lists = self.plan.tool_choice == ToolChoiceMode::Required
                             && spec
                                 .tool_call
@@ -928,10 +938,14 @@ impl ResponseState {
         // The step that opens such an object sends nothing: its text goes out with
         // the next step's (live-checked: tokens `{"` + `ci` stream as `{"ci`).
         let mut opening = false;
-        if choice.named_objects
-            && choice.next_named.is_none()
+        let openers = choice.guided_openers;
+        if choice.next_named.is_none()
             && jail_free
-            && self.delta.content.trim_start().starts_with('{')
+            && self
+                .delta
+                .content
+                .trim_start()
+                .starts_with(|c| openers.contains(c))
         {
             choice.next_named = Some(choice.calls_released);
             let name = match &self.plan.tool_choice {
@@ -945,6 +959,13 @@ impl ResponseState {
             return self.emit_jailed(slot, tokens, finish, ending, answered, out);
         };
         guided.feed(&std::mem::take(&mut self.delta.content));
+        if openers != "{" && opens_no_json(guided.text()) {
+            // Not JSON after all (a pythonic `[f(…)]`): Dynamo's guided scan reads
+            // nothing of it and the jail holds it (live-checked, pythonic).
+            self.delta.content = guided.take_text();
+            choice.next_named = None;
+            return self.emit_jailed(slot, tokens, finish, ending, answered, out);
+        }
         // The opening step sends nothing even when the object closes in it: its
         // call and the text after it go with the next step's (live-checked: the
         // token `{}\n` then "```" stream the call, then "\n```" as one chunk).
@@ -985,8 +1006,37 @@ impl ResponseState {
         };
         let (tail, taken) = guided.tail(at);
         let tail = tail.to_owned();
+        let json = &guided.text()[..at];
+        if openers != "{"
+            && !guided.released_any()
+            && self.delta.calls.is_empty()
+            && is_filled_list(json)
+        {
+            // A list with no call in it (`[1]`) goes out as content once it closed,
+            // as the first one does (live-checked, `default`).
+            let json = json.to_owned();
+            choice.next_named = None;
+            if !self.plan.stream {
+                choice.content.push_str(&json);
+                return self.emit_tail_after_guided(slot, tail, finish, ending, out);
+            }
+            let role = std::mem::take(&mut choice.first);
+            let index = choice.index;
+            let delta = ChatDelta {
+                content: Some(&json),
+                tool_calls: &[],
+                role,
+                reasoning: None,
+            };
+            let env = self.envelope();
+            sse::begin_event(out);
+            chunks::write_chat_chunk(out, &env, index, &delta, None, None, None);
+            sse::end_event(out);
+            return self.emit_tail_after_guided(slot, tail, finish, ending, out);
+        }
         choice.next_named = None;
-        choice.calls_released = base + taken;
+        // A named choice's object is one call; a `required` value takes its indexes.
+        choice.calls_released = base + if openers == "{" { 1 } else { taken };
         self.emit_guided(slot, tokens, None, false, answered, out);
         self.emit_tail_after_guided(slot, tail, finish, ending, out)
     }
@@ -1132,6 +1182,7 @@ impl ResponseState {
             .map(|h| h.starts_with("[TOOL_CALLS]"))
             .map(|marked| (marked, jail.take_held()));
         let held = jail.is_holding();
+        let forced = self.plan.tool_choice.forces_calls() && !jail.jails_forced_choice_as_auto();
         // The output ended with text held: the reference releases it after the piece.
         let finalized = if ending { jail.finish() } else { None };
         count_reasoning(choice, &self.delta, tokens, answered);
@@ -1141,11 +1192,11 @@ impl ResponseState {
             ToolChoiceMode::Named(name) => Some(name.as_str()),
             _ => None,
         };
-        let finalized = finalized.map(|parsed| only_named(parsed, named));
+        let finalized = finalized.map(|parsed| only_named(parsed, named, forced));
         let calls_before = choice.calls_released > 0;
         for parsed in std::mem::take(&mut released.parsed) {
             parts.push(JailedPart::parsed(
-                only_named(parsed, named),
+                only_named(parsed, named, forced),
                 finish,
                 parallel,
                 &mut choice.calls_released,
@@ -1350,7 +1401,14 @@ fn terminal_whitespace_dropped(
 /// A release under a forced named tool choice (kimi_k2 jails it as auto): calls
 /// to other tools are dropped (live-checked: a release of only those makes no
 /// chunk, and the finish reason stays `stop`).
-fn only_named(mut parsed: Parsed, named: Option<&str>) -> Parsed {
+/// Under a forced choice Dynamo's jail reads the text after the guided JSON in its
+/// guided mode, whose release of calls says no text beside them, nor does one whose
+/// calls the name all dropped (live-checked, pythonic: `>[f(a=1)]` after a named
+/// object releases f with `"content":""`, the `>` lost).
+fn only_named(mut parsed: Parsed, named: Option<&str>, forced: bool) -> Parsed {
+    if forced && !parsed.calls.is_empty() {
+        parsed.content.clear();
+    }
     if let Some(name) = named {
         parsed.calls.retain(|call| call.name == name);
     }
@@ -1803,6 +1861,20 @@ fn answer_with_calls(choice: &mut Choice, content: String, calls: Vec<(String, S
 }
 
 /// Whether `json` is a list with something in it (`[1]`, not `[]`).
+/// Whether `text`, opening with `{` or `[`, goes on with what no JSON value can
+/// (`[get_time(`, `{x`); `false` while it cannot tell yet.
+fn opens_no_json(text: &str) -> bool {
+    let mut chars = text.trim_start().chars();
+    let opener = chars.next();
+    match (opener, chars.find(|c| !c.is_whitespace())) {
+        (Some('{'), Some(c)) => !matches!(c, '"' | '}'),
+        (Some('['), Some(c)) => {
+            !(matches!(c, '{' | '[' | '"' | ']' | '-' | 't' | 'f' | 'n') || c.is_ascii_digit())
+        }
+        _ => false,
+    }
+}
+
 fn is_filled_list(json: &str) -> bool {
     serde_json::from_str::<Vec<&serde_json::value::RawValue>>(json)
         .is_ok_and(|items| !items.is_empty())
