@@ -1603,8 +1603,14 @@ fn reread_unary(
         }
         "qwen3_coder" => {
             // Its own reading as at the end of output when the jail's finds no call
-            // (live-checked: `<function=g><tool_call>` streams as text, is `g` here).
-            let jail = family_jail(spec);
+            // (live-checked: `<function=g><tool_call>` streams as text, is `g` here),
+            // without the request's tools: values stay strings (live-checked:
+            // `<parameter=days>\n3\n` is `"3"`, `false` is `"false"`).
+            let untyped = ChatParserSpec {
+                tools: Arc::default(),
+                ..spec.clone()
+            };
+            let jail = family_jail(&untyped);
             let parsed = jail
                 .reread(answer)
                 .filter(|p| !p.calls.is_empty())
