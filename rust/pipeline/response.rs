@@ -1125,7 +1125,13 @@ impl ResponseState {
         let rescanned = (choice.rescan_lists && !ending)
             .then(|| jail.held_text())
             .flatten()
-            .filter(|h| h.trim_start().starts_with(['[', '{']))
+            .filter(|h| {
+                // mistral's marker counts once a list follows it (live-checked:
+                // `[TOOL_CALLS]f[ARGS]{…}` stays held, the text as written).
+                let list = h.strip_prefix("[TOOL_CALLS]").map(str::trim_start);
+                list.map_or(h.trim_start(), |l| l).starts_with(['[', '{'])
+                    && list.map_or(true, |l| l.starts_with('['))
+            })
             .map(|h| h.starts_with("[TOOL_CALLS]") || h.trim_start().starts_with('{'))
             .map(|held_to_end| (held_to_end, jail.take_held()));
         let held = jail.is_holding();
