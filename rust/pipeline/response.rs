@@ -1170,17 +1170,23 @@ impl ResponseState {
         if ending || !self.delta.content.is_empty() || !harmony {
             jail.feed(&self.delta.content, &mut released);
         }
-        // mistral and llama3_json under `required`, after the guided list: a list the
+        // mistral and llama3_json under `required`, after the guided list: JSON the
         // jail holds is read by Dynamo's guided scan again, its calls streaming on at
         // the next indexes (live-checked). A list the start guess jailed ends where it
-        // closes, the text after it streams; mistral's `[TOOL_CALLS][…]` is held to
-        // the end, what follows the list is lost.
+        // closes, the text after it streams; mistral's `[TOOL_CALLS][…]` and bare
+        // call objects are held to the end, what follows them is lost.
         let rescanned = (choice.rescan_lists && !ending)
             .then(|| jail.held_text())
             .flatten()
-            .filter(|h| h.trim_start().starts_with('['))
-            .map(|h| h.starts_with("[TOOL_CALLS]"))
-            .map(|marked| (marked, jail.take_held()));
+            .filter(|h| {
+                // mistral's marker counts once a list follows it (live-checked:
+                // `[TOOL_CALLS]f[ARGS]{…}` stays held, the text as written).
+                let list = h.strip_prefix("[TOOL_CALLS]").map(str::trim_start);
+                list.map_or(h.trim_start(), |l| l).starts_with(['[', '{'])
+                    && list.map_or(true, |l| l.starts_with('['))
+            })
+            .map(|h| h.starts_with("[TOOL_CALLS]") || h.trim_start().starts_with('{'))
+            .map(|held_to_end| (held_to_end, jail.take_held()));
         let held = jail.is_holding();
         let forced = self.plan.tool_choice.forces_calls() && !jail.jails_forced_choice_as_auto();
         // The output ended with text held: the reference releases it after the piece.
@@ -1339,10 +1345,10 @@ impl ResponseState {
             );
             sse::end_event(out);
         }
-        if let Some((marked, list)) = rescanned {
+        if let Some((held_to_end, list)) = rescanned {
             let choice = &mut self.choices[slot];
             choice.next_named = Some(choice.calls_released);
-            choice.guided = Some(if marked {
+            choice.guided = Some(if held_to_end {
                 GuidedCalls::open_ended()
             } else {
                 GuidedCalls::new(None)
