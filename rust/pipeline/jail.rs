@@ -204,13 +204,23 @@ impl JailRules {
         })
     }
 
-    /// Dynamo's reading of JSON after a start marker: a piece after a marker that
-    /// opens with `{` (`[`) is read up to its last `}` (`]`), and counts once that
-    /// much is JSON (`<|python_tag|>{…}{"` reads the first object and ends).
+    /// Whether some piece after a start marker lets the jail end (see `piece_closes`;
+    /// `<|python_tag|>{…}{"` ends on the first object).
     fn marked_json_closes(&self, text: &str) -> bool {
         self.starts
             .iter()
-            .any(|m| text.split(m).skip(1).any(|piece| self.piece_reads(piece)))
+            .any(|m| text.split(m).skip(1).any(|piece| self.piece_closes(piece)))
+    }
+
+    /// Whether a piece after a start marker lets the jail end: llama3_json's once
+    /// the value opening it closed, JSON or not (live-checked: `{tz:"a"}`, `[x]`
+    /// and `{"a": }` end it, `{"a":"}"` and `{x` hold); else once it reads as JSON.
+    fn piece_closes(&self, piece: &str) -> bool {
+        if self.first_value_pieces {
+            opening_value_closes(piece)
+        } else {
+            self.piece_reads(piece)
+        }
     }
 
     /// Whether a piece around a start marker reads as JSON (see `first_value_pieces`).
@@ -1518,29 +1528,70 @@ fn brackets_closed(text: &str) -> bool {
     let Some(start) = text.find(['{', '[']) else {
         return false;
     };
-    let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for c in text[start..].chars() {
-        match quote {
-            Some(_) if escaped => escaped = false,
-            Some(_) if c == '\\' => escaped = true,
-            Some(q) if c == q => quote = None,
+    let mut scan = BracketScan::default();
+    text[start..].chars().for_each(|c| scan.step(c));
+    scan.depth == 0 && scan.quote.is_none()
+}
+
+/// Whether the value that opens `piece` (after blanks) closes in it, read as JSON
+/// or not: its brackets, outside quoted spans, come back to level.
+fn opening_value_closes(piece: &str) -> bool {
+    let piece = piece.trim_start();
+    if !piece.starts_with(['{', '[']) {
+        return false;
+    }
+    let mut scan = BracketScan::default();
+    piece.chars().any(|c| {
+        scan.step(c);
+        scan.depth == 0
+    })
+}
+
+/// Bracket depth outside quoted spans (`"` or `'`, with escapes), a char at a time.
+#[derive(Default)]
+struct BracketScan {
+    depth: usize,
+    quote: Option<char>,
+    escaped: bool,
+}
+
+impl BracketScan {
+    fn step(&mut self, c: char) {
+        match self.quote {
+            Some(_) if self.escaped => self.escaped = false,
+            Some(_) if c == '\\' => self.escaped = true,
+            Some(q) if c == q => self.quote = None,
             Some(_) => {}
             None => match c {
-                '"' | '\'' => quote = Some(c),
-                '{' | '[' => depth += 1,
-                '}' | ']' => depth = depth.saturating_sub(1),
+                '"' | '\'' => self.quote = Some(c),
+                '{' | '[' => self.depth += 1,
+                '}' | ']' => self.depth = self.depth.saturating_sub(1),
                 _ => {}
             },
         }
     }
-    depth == 0 && quote.is_none()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{default_end_position, last_value_per_key};
+    use super::{default_end_position, last_value_per_key, opening_value_closes};
+
+    #[test]
+    fn an_opening_value_closes_on_its_brackets_outside_quotes() {
+        for closed in [
+            r#"{tz:"a"}"#,
+            "[x]",
+            r#" {"a": }"#,
+            "{x}}",
+            "{a:1} more",
+            "{'}': 1}",
+        ] {
+            assert!(opening_value_closes(closed), "{closed}");
+        }
+        for open in [r#"{"a":"}""#, "{x", "x {}", r#"{"a\"}":1"#, ""] {
+            assert!(!opening_value_closes(open), "{open}");
+        }
+    }
 
     #[test]
     fn a_default_jail_ends_after_its_consecutive_blocks() {
