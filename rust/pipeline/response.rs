@@ -939,6 +939,9 @@ impl ResponseState {
         // the next step's (live-checked: tokens `{"` + `ci` stream as `{"ci`).
         let mut opening = false;
         let openers = choice.guided_openers;
+        // A value `required` openers started may be no JSON (`[f(…)]`); a named
+        // choice's object and a list the jail held for the rescan are read as JSON.
+        let required_opener = openers.contains('[');
         if choice.next_named.is_none()
             && jail_free
             && self
@@ -959,7 +962,7 @@ impl ResponseState {
             return self.emit_jailed(slot, tokens, finish, ending, answered, out);
         };
         guided.feed(&std::mem::take(&mut self.delta.content));
-        if openers != "{" && opens_no_json(guided.text()) {
+        if required_opener && opens_no_json(guided.text()) {
             // Not JSON after all (a pythonic `[f(…)]`): Dynamo's guided scan reads
             // nothing of it and the jail holds it (live-checked, pythonic).
             self.delta.content = guided.take_text();
@@ -1007,7 +1010,7 @@ impl ResponseState {
         let (tail, taken) = guided.tail(at);
         let tail = tail.to_owned();
         let json = &guided.text()[..at];
-        if openers != "{"
+        if required_opener
             && !guided.released_any()
             && self.delta.calls.is_empty()
             && is_filled_list(json)
