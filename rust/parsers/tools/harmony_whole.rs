@@ -118,7 +118,20 @@ pub fn parse_whole(text: &str) -> WholeParse {
     if !MARKERS.iter().any(|m| text.contains(m)) {
         return WholeParse::default();
     }
-    read_messages(text).unwrap_or_else(|| recover(text))
+    read_messages(text).unwrap_or_else(|| {
+        let recovered = recover(text);
+        // Without `<|channel|>` or `<|message|>` there is nothing to recover: a
+        // text left after cleaning goes out as written (live-checked: a jailed
+        // `<|start|>  x<|end|>` releases itself, `<|start|>  <|end|>` `""`).
+        if recovered.content.is_empty() || text.contains(CHANNEL) || text.contains(MESSAGE) {
+            recovered
+        } else {
+            WholeParse {
+                calls: Vec::new(),
+                content: text.to_owned(),
+            }
+        }
+    })
 }
 
 /// The earliest Harmony marker at or after `from`: (start, marker).
@@ -470,6 +483,14 @@ mod tests {
             "A\nB"
         );
         assert_eq!(content("<|call|>"), "");
+    }
+
+    #[test]
+    fn a_failed_reading_without_channel_or_message_is_as_written() {
+        assert_eq!(content("<|start|>  x<|end|>"), "<|start|>  x<|end|>");
+        assert_eq!(content("<|start|>  x  "), "<|start|>  x  ");
+        assert_eq!(content("<|start|>  <|constrain|>"), "");
+        assert_eq!(content("<|start|>  x<|channel|>y"), "xy");
     }
 
     #[test]
