@@ -525,14 +525,7 @@ impl ToolJail {
             // (no repair; calls say no content; live-checked: `<TOOLCALL>[{A},
             // {"name":"` after a guided list stays text).
             let calls = default_whole::forced_calls(&held);
-            return Some(Parsed {
-                content: if calls.is_empty() {
-                    held
-                } else {
-                    String::new()
-                },
-                calls: numbered(calls),
-            });
+            return Some(calls_or_text(calls, held));
         }
         if self.to_end && self.rules.mistral {
             // After guided JSON, Dynamo's forced-choice finalize reads what it held
@@ -541,14 +534,7 @@ impl ToolJail {
             let calls = basic_whole::paired_as_written(&held)
                 .or_else(|| basic_whole::marked_as_written(&held, "[TOOL_CALLS]"))
                 .unwrap_or_else(|| basic_whole::parse_whole(&held, "[TOOL_CALLS]", false).calls);
-            return Some(Parsed {
-                content: if calls.is_empty() {
-                    held
-                } else {
-                    String::new()
-                },
-                calls: numbered(calls),
-            });
+            return Some(calls_or_text(calls, held));
         }
         // After guided JSON, Dynamo's forced-choice finalize reads hermes' held text
         // without closing cut JSON (live-checked: `}{"name":"` stays text).
@@ -1524,6 +1510,19 @@ fn parse_harmony(text: &str) -> Parsed {
 
 /// Whether the brackets (`{}` / `[]`, outside string literals) opened from the
 /// first one on are all closed again at the end of `text`.
+/// A forced choice's held text read at the end: its calls with no text beside
+/// them, else the text as written.
+fn calls_or_text(calls: Vec<(String, String)>, held: String) -> Parsed {
+    Parsed {
+        content: if calls.is_empty() {
+            held
+        } else {
+            String::new()
+        },
+        calls: numbered(calls),
+    }
+}
+
 fn brackets_closed(text: &str) -> bool {
     let Some(start) = text.find(['{', '[']) else {
         return false;

@@ -640,18 +640,7 @@ impl ResponseState {
                         let spec = self.plan.parsers.as_ref().expect("a tool parser");
                         choice.jail = Some(family_jail(spec).holding_to_end());
                         choice.guided = None;
-                        let role = std::mem::take(&mut choice.first);
-                        let index = choice.index;
-                        let delta = ChatDelta {
-                            content: Some(&json),
-                            tool_calls: &[],
-                            role,
-                            reasoning: None,
-                        };
-                        let env = self.envelope();
-                        sse::begin_event(out);
-                        chunks::write_chat_chunk(out, &env, index, &delta, None, None, None);
-                        sse::end_event(out);
+                        self.emit_list_as_content(slot, &json, out);
                         return self.emit_tail_after_guided(slot, tail, finish, ending, out);
                     }
                     if let Some(at) = closed.filter(|_| called) {
@@ -1023,18 +1012,7 @@ impl ResponseState {
                 choice.content.push_str(&json);
                 return self.emit_tail_after_guided(slot, tail, finish, ending, out);
             }
-            let role = std::mem::take(&mut choice.first);
-            let index = choice.index;
-            let delta = ChatDelta {
-                content: Some(&json),
-                tool_calls: &[],
-                role,
-                reasoning: None,
-            };
-            let env = self.envelope();
-            sse::begin_event(out);
-            chunks::write_chat_chunk(out, &env, index, &delta, None, None, None);
-            sse::end_event(out);
+            self.emit_list_as_content(slot, &json, out);
             return self.emit_tail_after_guided(slot, tail, finish, ending, out);
         }
         choice.next_named = None;
@@ -1042,6 +1020,23 @@ impl ResponseState {
         choice.calls_released = base + if openers == "{" { 1 } else { taken };
         self.emit_guided(slot, tokens, None, false, answered, out);
         self.emit_tail_after_guided(slot, tail, finish, ending, out)
+    }
+
+    /// A closed guided list with no call in it, streamed as a content chunk of its own.
+    fn emit_list_as_content(&mut self, slot: usize, json: &str, out: &mut Vec<u8>) {
+        let choice = &mut self.choices[slot];
+        let role = std::mem::take(&mut choice.first);
+        let index = choice.index;
+        let delta = ChatDelta {
+            content: Some(json),
+            tool_calls: &[],
+            role,
+            reasoning: None,
+        };
+        let env = self.envelope();
+        sse::begin_event(out);
+        chunks::write_chat_chunk(out, &env, index, &delta, None, None, None);
+        sse::end_event(out);
     }
 
     /// The text after a closed guided value, as a step of its own under the jail.
