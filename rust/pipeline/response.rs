@@ -1008,11 +1008,11 @@ impl ResponseState {
             // as the first one does (live-checked, `default`).
             let json = json.to_owned();
             choice.next_named = None;
-            if !self.plan.stream {
+            if self.plan.stream {
+                self.emit_list_as_content(slot, &json, out);
+            } else {
                 choice.content.push_str(&json);
-                return self.emit_tail_after_guided(slot, tail, finish, ending, out);
             }
-            self.emit_list_as_content(slot, &json, out);
             return self.emit_tail_after_guided(slot, tail, finish, ending, out);
         }
         choice.next_named = None;
