@@ -727,8 +727,7 @@ impl ResponseState {
                 // The held answer is parsed whole by the tool-call parser, if any.
                 if let Some(spec) = self.plan.parsers.as_ref().filter(|s| s.tool_call.is_some()) {
                     choice.held_calls = if spec.tool_call.is_some_and(|f| f.name() == "harmony") {
-                        // Dynamo's harmony parser reads the held answer whole.
-                        numbered_calls(harmony_whole::parse_whole(&choice.jailed).calls)
+                        numbered_calls(harmony_held_calls(&choice.jailed))
                     } else {
                         held_answer_calls(spec, &choice.jailed)
                     };
@@ -1799,6 +1798,9 @@ fn held_answer_end(
         // Live-checked: `{"name":"","parameters":{` and a named `{` make the bare
         // finish chunk too.
         Some("default") => default_whole::forced_calls(text),
+        // Live-checked: `{x}{"name":"f","parameters":{'a'}}…` under `required` and
+        // a named `{<…` end with two bare finish chunks.
+        Some("harmony") => harmony_held_calls(text),
         _ => return None,
     };
     // A named choice counts only its tool's calls (live-checked, `default` and
@@ -1831,6 +1833,17 @@ fn llama3_held_calls(answer: &str) -> Vec<(String, String)> {
     }
     basic_whole::marked_values(answer, "<|python_tag|>")
         .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_tag|>", false).calls)
+}
+
+/// harmony's reading of a forced choice's held answer: Dynamo's bare JSON reading
+/// first (the text from its first `{`/`[` read whole: `x<|con[{A}]` and
+/// `<|call|>ok{A}` are the call A, live-checked), then its harmony parse.
+fn harmony_held_calls(answer: &str) -> Vec<(String, String)> {
+    let bare = default_whole::bare_calls(answer);
+    if !bare.is_empty() {
+        return bare;
+    }
+    harmony_whole::parse_whole(answer).calls
 }
 
 /// pythonic's reading of a forced choice's held answer: its pythonic parse, or
