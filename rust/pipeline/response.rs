@@ -1718,7 +1718,7 @@ fn reread_hermes(answer: &str) -> Option<(Vec<(String, String)>, String)> {
 /// The end parse of a guided answer that never closed, as the family reads it
 /// (hermes: JSON as written, an object the output leaves open is no call;
 /// llama3_json and mistral: their basic JSON parse, cut JSON not closed;
-/// qwen3_coder and pythonic: their held answer's parse; all live-checked): its
+/// qwen3_coder, pythonic and harmony: their held answer's parse; all live-checked): its
 /// calls at the indexes the guided JSON left free (streamed: not sent yet; unary:
 /// not among `whole`), `None` when it parsed none or the family has no such parse.
 fn free_index_calls(
@@ -1737,6 +1737,9 @@ fn free_index_calls(
         Some("mistral") => numbered_calls(mistral_held_calls(text)),
         Some("pythonic") => numbered_calls(pythonic_held_calls(text)),
         Some("qwen3_coder") => held_answer_calls(spec?, text),
+        // Live-checked: a guided `{A,}` cut by a call block in the final body, then a
+        // commentary call `g`: `g` at 1 with the finish reason.
+        Some("harmony") => numbered_calls(harmony_held_calls(text)),
         _ => return None,
     };
     // A named choice counts only its tool's calls (live-checked, llama3_json:
