@@ -694,7 +694,7 @@ impl ResponseState {
                         if !self.plan.stream {
                             if let Some(calls) = end_calls {
                                 self.delta.calls.extend(calls);
-                                self.delta.calls.sort_by_key(|c| c.index);
+                                join_fragments(&mut self.delta.calls);
                             }
                         } else {
                             choice.guided_end_calls = end_calls;
@@ -990,7 +990,7 @@ impl ResponseState {
                 choice.guided_end_calls = Some(calls);
             } else {
                 self.delta.calls.extend(calls);
-                self.delta.calls.sort_by_key(|c| c.index);
+                join_fragments(&mut self.delta.calls);
             }
         }
         let Some(at) = closed else {
@@ -1738,22 +1738,69 @@ fn free_index_calls(
         Some("mistral") => numbered_calls(mistral_held_calls(text)),
         Some("pythonic") => numbered_calls(pythonic_held_calls(text)),
         Some("qwen3_coder") => held_answer_calls(spec?, text),
+        // Live-checked: `{A}<TOOLCALL>[{B},{C}]</TOOLCALL>` streams A, then adds C.
+        Some("default") => numbered_calls(default_whole::forced_calls(text)),
         _ => return None,
     };
     // A named choice counts only its tool's calls (live-checked, llama3_json:
-    // `{<|python_tag|>{"name":"","arguments":{}}` ends with a bare finish chunk).
+    // `{<|python_tag|>{"name":"","arguments":{}}` ends with a bare finish chunk),
+    // numbered anew: one at an index the guided JSON took is dropped (Dynamo's
+    // jail compacts the indexes after its named filter; live-checked:
+    // `{x<|python_tag|>{T};{W}` streams no second call).
     calls.retain(|c| named.map_or(true, |n| c.name.as_deref() == Some(n)));
+    for (index, call) in calls.iter_mut().enumerate() {
+        call.index = index;
+    }
     if calls.is_empty() {
         return None;
     }
-    let taken = |index: usize| {
+    // A call at an index the guided JSON already sent goes on with what its
+    // arguments add to the bytes sent, if they start with them; else it is
+    // dropped (live-checked, pythonic: `[get_time(tz='a\nb')][{"name":
+    // "get_weather","arguments":{"` cut there goes on with `tz":"a\nb"}`).
+    let sent = |index: usize| {
         if stream {
-            guided.sent_at(index)
+            guided.sent_arguments(index)
         } else {
-            whole.iter().any(|w| w.index == index)
+            whole
+                .iter()
+                .find(|w| w.index == index)
+                .map(|w| w.arguments.as_str())
         }
     };
-    Some(calls.into_iter().filter(|c| !taken(c.index)).collect())
+    Some(
+        calls
+            .into_iter()
+            .filter_map(|mut call| match sent(call.index) {
+                None => Some(call),
+                Some(sent) => {
+                    let rest = call
+                        .arguments
+                        .strip_prefix(sent)
+                        .filter(|r| !r.is_empty())?;
+                    call.arguments = rest.to_owned();
+                    call.id = None;
+                    call.name = None;
+                    Some(call)
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Unary: a call's fragment found at the end joins the call at its index.
+fn join_fragments(calls: &mut Vec<CallDelta>) {
+    calls.sort_by_key(|c| c.index);
+    let mut joined: Vec<CallDelta> = Vec::with_capacity(calls.len());
+    for call in calls.drain(..) {
+        match joined.last_mut() {
+            Some(last) if last.index == call.index && call.id.is_none() => {
+                last.arguments.push_str(&call.arguments);
+            }
+            _ => joined.push(call),
+        }
+    }
+    *calls = joined;
 }
 
 /// A forced choice's guided answer that never closed (bare call objects, mistral's
@@ -1820,27 +1867,32 @@ fn named_tool(choice: &ToolChoiceMode) -> Option<&str> {
 
 /// llama3_json's reading of a forced choice's held answer: Dynamo's bare JSON
 /// reading first (the text from its first `{`/`[` read whole, markers or not;
-/// live-checked: `<|python_tag|></<tool_cfine{A}` is the call A), then its parse
-/// of the JSON after `<|python_tag|>` (live-checked: `<|python_tag|>{A}{B}` is
-/// the call A); without the marker, its basic parse, JSON cut short not closed
-/// (`x {A}\n{B}` stays text).
+/// live-checked: `<|python_tag|></<tool_cfine{A}` is the call A), then its basic
+/// JSON parse, JSON cut short not closed: every piece around `<|python_tag|>`,
+/// the one before the first marker too (live-checked: `[{A}]…<|python_tag|>x`
+/// is A; `<|python_tag|>{A}{B}` is the call A); without the marker, the JSON
+/// from the first `{`/`[` (`x {A}\n{B}` stays text).
 fn llama3_held_calls(answer: &str) -> Vec<(String, String)> {
     let bare = default_whole::bare_calls(answer);
     if !bare.is_empty() {
         return bare;
     }
-    basic_whole::marked_values(answer, "<|python_tag|>")
-        .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_tag|>", false).calls)
+    basic_whole::parse_whole(answer, "<|python_tag|>", false).calls
 }
 
-/// pythonic's reading of a forced choice's held answer: its pythonic parse, or
-/// without a call its basic JSON parse, JSON cut short not closed.
+/// pythonic's reading of a forced choice's held answer, as Dynamo's jail reads
+/// any: its bare JSON reading (the text from the first `{`/`[` read whole, JSON
+/// cut short not closed, no marker read), else its pythonic parse (live-checked:
+/// `{A}[f(n=8)]<|python_start|>[g(…)]` is neither: a bare finish chunk).
 fn pythonic_held_calls(answer: &str) -> Vec<(String, String)> {
+    let bare = default_whole::bare_calls(answer);
+    if !bare.is_empty() {
+        return bare;
+    }
     pythonic_whole::parse_whole(answer)
         .ok()
         .map(|p| p.calls)
-        .filter(|calls| !calls.is_empty())
-        .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_start|>", false).calls)
+        .unwrap_or_default()
 }
 
 /// mistral's reading of a forced choice's held answer: with a `[TOOL_CALLS]…
