@@ -985,6 +985,18 @@ impl ResponseState {
         {
             call.index += base;
         }
+        if ending
+            && guided.is_open_ended()
+            && end_calls.is_none()
+            && !guided.released_any()
+            && self.delta.calls.is_empty()
+        {
+            // A rescanned value that let out no call and whose end parse finds
+            // none: Dynamo's jail releases the held text as written with the
+            // finish reason (live-checked, llama3_json: `[{A}]` + "```json\n"
+            // + `{"city": …}\n```call` ends with that object and "```call").
+            self.delta.content = guided.take_text();
+        }
         if let Some(calls) = end_calls {
             if self.plan.stream {
                 choice.guided_end_calls = Some(calls);
@@ -1135,9 +1147,10 @@ impl ResponseState {
             sse::end_event(out);
         }
         if finish.is_some() {
+            let released = non_empty(&self.delta.content);
             let delta = ChatDelta {
                 role,
-                content: (says_empty || end_calls.is_some()).then_some(""),
+                content: released.or((says_empty || end_calls.is_some()).then_some("")),
                 tool_calls: end_calls.as_deref().unwrap_or_default(),
                 ..ChatDelta::default()
             };
