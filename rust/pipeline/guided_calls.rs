@@ -439,9 +439,11 @@ impl GuidedCalls {
         &self.text
     }
 
-    /// A call went out at `index` (streaming).
-    pub fn sent_at(&self, index: usize) -> bool {
-        self.sent.get(index).is_some_and(Option::is_some)
+    /// The arguments a call at `index` sent so far (streaming).
+    pub fn sent_arguments(&self, index: usize) -> Option<&str> {
+        let (_, done) = self.sent.get(index)?.as_ref()?;
+        let call = self.scan.calls.get(index)?.as_ref()?;
+        Some(&self.text[call.start..*done])
     }
 
     /// The text after `closed_at`, and how many call indexes the JSON took.
@@ -613,7 +615,8 @@ mod tests {
         calls.fragments(&mut out);
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].index, out[0].arguments.as_str()), (1, "{}"));
-        assert!(calls.sent_at(1) && !calls.sent_at(0));
+        assert_eq!(calls.sent_arguments(1), Some("{}"));
+        assert_eq!(calls.sent_arguments(0), None);
         assert_eq!(calls.closed_at(), None);
     }
 

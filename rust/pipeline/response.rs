@@ -694,7 +694,7 @@ impl ResponseState {
                         if !self.plan.stream {
                             if let Some(calls) = end_calls {
                                 self.delta.calls.extend(calls);
-                                self.delta.calls.sort_by_key(|c| c.index);
+                                join_fragments(&mut self.delta.calls);
                             }
                         } else {
                             choice.guided_end_calls = end_calls;
@@ -984,12 +984,24 @@ impl ResponseState {
         {
             call.index += base;
         }
+        if ending
+            && guided.is_open_ended()
+            && end_calls.is_none()
+            && !guided.released_any()
+            && self.delta.calls.is_empty()
+        {
+            // A rescanned value that let out no call and whose end parse finds
+            // none: Dynamo's jail releases the held text as written with the
+            // finish reason (live-checked, llama3_json: `[{A}]` + "```json\n"
+            // + `{"city": …}\n```call` ends with that object and "```call").
+            self.delta.content = guided.take_text();
+        }
         if let Some(calls) = end_calls {
             if self.plan.stream {
                 choice.guided_end_calls = Some(calls);
             } else {
                 self.delta.calls.extend(calls);
-                self.delta.calls.sort_by_key(|c| c.index);
+                join_fragments(&mut self.delta.calls);
             }
         }
         let Some(at) = closed else {
@@ -1134,9 +1146,10 @@ impl ResponseState {
             sse::end_event(out);
         }
         if finish.is_some() {
+            let released = non_empty(&self.delta.content);
             let delta = ChatDelta {
                 role,
-                content: (says_empty || end_calls.is_some()).then_some(""),
+                content: released.or((says_empty || end_calls.is_some()).then_some("")),
                 tool_calls: end_calls.as_deref().unwrap_or_default(),
                 ..ChatDelta::default()
             };
@@ -1740,22 +1753,69 @@ fn free_index_calls(
         // Live-checked: a guided `{A,}` cut by a call block in the final body, then a
         // commentary call `g`: `g` at 1 with the finish reason.
         Some("harmony") => numbered_calls(harmony_held_calls(text)),
+        // Live-checked: `{A}<TOOLCALL>[{B},{C}]</TOOLCALL>` streams A, then adds C.
+        Some("default") => numbered_calls(default_whole::forced_calls(text)),
         _ => return None,
     };
     // A named choice counts only its tool's calls (live-checked, llama3_json:
-    // `{<|python_tag|>{"name":"","arguments":{}}` ends with a bare finish chunk).
+    // `{<|python_tag|>{"name":"","arguments":{}}` ends with a bare finish chunk),
+    // numbered anew: one at an index the guided JSON took is dropped (Dynamo's
+    // jail compacts the indexes after its named filter; live-checked:
+    // `{x<|python_tag|>{T};{W}` streams no second call).
     calls.retain(|c| named.map_or(true, |n| c.name.as_deref() == Some(n)));
+    for (index, call) in calls.iter_mut().enumerate() {
+        call.index = index;
+    }
     if calls.is_empty() {
         return None;
     }
-    let taken = |index: usize| {
+    // A call at an index the guided JSON already sent goes on with what its
+    // arguments add to the bytes sent, if they start with them; else it is
+    // dropped (live-checked, pythonic: `[get_time(tz='a\nb')][{"name":
+    // "get_weather","arguments":{"` cut there goes on with `tz":"a\nb"}`).
+    let sent = |index: usize| {
         if stream {
-            guided.sent_at(index)
+            guided.sent_arguments(index)
         } else {
-            whole.iter().any(|w| w.index == index)
+            whole
+                .iter()
+                .find(|w| w.index == index)
+                .map(|w| w.arguments.as_str())
         }
     };
-    Some(calls.into_iter().filter(|c| !taken(c.index)).collect())
+    Some(
+        calls
+            .into_iter()
+            .filter_map(|mut call| match sent(call.index) {
+                None => Some(call),
+                Some(sent) => {
+                    let rest = call
+                        .arguments
+                        .strip_prefix(sent)
+                        .filter(|r| !r.is_empty())?;
+                    call.arguments = rest.to_owned();
+                    call.id = None;
+                    call.name = None;
+                    Some(call)
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Unary: a call's fragment found at the end joins the call at its index.
+fn join_fragments(calls: &mut Vec<CallDelta>) {
+    calls.sort_by_key(|c| c.index);
+    let mut joined: Vec<CallDelta> = Vec::with_capacity(calls.len());
+    for call in calls.drain(..) {
+        match joined.last_mut() {
+            Some(last) if last.index == call.index && call.id.is_none() => {
+                last.arguments.push_str(&call.arguments);
+            }
+            _ => joined.push(call),
+        }
+    }
+    *calls = joined;
 }
 
 /// A forced choice's guided answer that never closed (bare call objects, mistral's
@@ -1823,40 +1883,48 @@ fn named_tool(choice: &ToolChoiceMode) -> Option<&str> {
     }
 }
 
-/// llama3_json's reading of a forced choice's held answer: Dynamo's bare JSON
-/// reading first (the text from its first `{`/`[` read whole, markers or not;
-/// live-checked: `<|python_tag|></<tool_cfine{A}` is the call A), then its parse
-/// of the JSON after `<|python_tag|>` (live-checked: `<|python_tag|>{A}{B}` is
-/// the call A); without the marker, its basic parse, JSON cut short not closed
-/// (`x {A}\n{B}` stays text).
+/// llama3_json's reading of a forced choice's held answer: bare JSON first
+/// (markers or not; live-checked: `<|python_tag|></<tool_cfine{A}` is the call
+/// A), then its basic JSON parse, JSON cut short not closed: every piece around
+/// `<|python_tag|>`, the one before the first marker too (live-checked:
+/// `[{A}]…<|python_tag|>x` is A; `<|python_tag|>{A}{B}` is the call A); without
+/// the marker, the JSON from the first `{`/`[` (`x {A}\n{B}` stays text).
 fn llama3_held_calls(answer: &str) -> Vec<(String, String)> {
-    let bare = default_whole::bare_calls(answer);
-    if !bare.is_empty() {
-        return bare;
-    }
-    basic_whole::marked_values(answer, "<|python_tag|>")
-        .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_tag|>", false).calls)
+    bare_json_or(answer, || {
+        basic_whole::parse_whole(answer, "<|python_tag|>", false).calls
+    })
 }
 
-/// harmony's reading of a forced choice's held answer: Dynamo's bare JSON reading
-/// first (the text from its first `{`/`[` read whole: `x<|con[{A}]` and
-/// `<|call|>ok{A}` are the call A, live-checked), then its harmony parse.
+/// Dynamo's jail reads a forced choice's held answer as bare JSON first (the
+/// text from its first `{`/`[` read whole, JSON cut short not closed, no marker
+/// read), and only without a call by the family's own parser.
+fn bare_json_or(
+    answer: &str,
+    family: impl FnOnce() -> Vec<(String, String)>,
+) -> Vec<(String, String)> {
+    let bare = default_whole::bare_calls(answer);
+    if bare.is_empty() {
+        family()
+    } else {
+        bare
+    }
+}
+
+/// harmony's reading of a forced choice's held answer (live-checked:
+/// `x<|con[{A}]` and `<|call|>ok{A}` are the call A).
 fn harmony_held_calls(answer: &str) -> Vec<(String, String)> {
-    let bare = default_whole::bare_calls(answer);
-    if !bare.is_empty() {
-        return bare;
-    }
-    harmony_whole::parse_whole(answer).calls
+    bare_json_or(answer, || harmony_whole::parse_whole(answer).calls)
 }
 
-/// pythonic's reading of a forced choice's held answer: its pythonic parse, or
-/// without a call its basic JSON parse, JSON cut short not closed.
+/// pythonic's reading of a forced choice's held answer (live-checked:
+/// `{A}[f(n=8)]<|python_start|>[g(…)]` is neither: a bare finish chunk).
 fn pythonic_held_calls(answer: &str) -> Vec<(String, String)> {
-    pythonic_whole::parse_whole(answer)
-        .ok()
-        .map(|p| p.calls)
-        .filter(|calls| !calls.is_empty())
-        .unwrap_or_else(|| basic_whole::parse_whole(answer, "<|python_start|>", false).calls)
+    bare_json_or(answer, || {
+        pythonic_whole::parse_whole(answer)
+            .ok()
+            .map(|p| p.calls)
+            .unwrap_or_default()
+    })
 }
 
 /// mistral's reading of a forced choice's held answer: with a `[TOOL_CALLS]…

@@ -70,31 +70,6 @@ pub fn parse_whole_objects(text: &str, marker: &str, close_cut: bool) -> WholePa
     }
 }
 
-/// The calls in a forced tool choice's held answer with `marker` in it, as
-/// Dynamo's `llama3_json` reads it at the end of output (live-checked): after each
-/// marker, the JSON values separated by `;`, up to the first thing that is neither
-/// (`{A}; {B}` is the calls A and B, `{A}{B}` and `{A}x; {B}` the call A).
-/// `None` without the marker.
-pub fn marked_values(text: &str, marker: &str) -> Option<Vec<(String, String)>> {
-    let (_, after) = text.split_once(marker)?;
-    let mut calls = Vec::new();
-    for piece in after.split(marker) {
-        let mut rest = piece.trim_start();
-        while let Some((json, after)) = first_value(rest) {
-            if json.starts_with('[') {
-                calls.extend(list_calls(json).unwrap_or_default());
-            } else {
-                calls.extend(call(json));
-            }
-            match after.trim_start().strip_prefix(';') {
-                Some(next) => rest = next.trim_start(),
-                None => break,
-            }
-        }
-    }
-    Some(calls)
-}
-
 const MISTRAL_START: &str = "[TOOL_CALLS]";
 const MISTRAL_END: &str = "[/TOOL_CALLS]";
 
@@ -543,14 +518,16 @@ mod tests {
             r#"{"name":"a","arguments":{}}"#,
             r#"{"name":"b","arguments":{"c":1}}"#,
         );
-        let read = |text: &str| marked_values(text, TAG);
+        let read = |text: &str| parse_whole(text, TAG, false).calls;
         let both = [one("a", "{}"), one("b", r#"{"c":1}"#)].concat();
-        assert_eq!(read(&format!("x{TAG}{a}; {b};")), Some(both.clone()));
-        assert_eq!(read(&format!("{TAG}{a}{TAG} {b}")), Some(both));
-        assert_eq!(read(&format!("{TAG}{a}{b}")), Some(one("a", "{}")));
-        assert_eq!(read(&format!("{TAG}{a} x; {b}")), Some(one("a", "{}")));
-        assert_eq!(read(&format!("{TAG}x; {b}")), Some(vec![]));
-        assert_eq!(read(a), None);
+        assert_eq!(read(&format!("x{TAG}{a}; {b};")), both.clone());
+        assert_eq!(read(&format!("{TAG}{a}{TAG} {b}")), both.clone());
+        assert_eq!(read(&format!("{TAG}{a}{b}")), one("a", "{}"));
+        assert_eq!(read(&format!("{TAG}{a} x; {b}")), one("a", "{}"));
+        assert_eq!(read(&format!("{TAG}x; {b}")), vec![]);
+        // The piece before the first marker is read too.
+        assert_eq!(read(&format!("{a} x {TAG}<b>{b}")), one("a", "{}"));
+        assert_eq!(read(&format!("[{a}]```{b}```{TAG}{b}")), both);
     }
 
     #[test]
