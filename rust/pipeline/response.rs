@@ -1165,7 +1165,9 @@ impl ResponseState {
         let jail = choice.jail.as_mut().expect("a jailed choice");
         let mut released = Released::default();
         let harmony = jail.skips_emptied_frames();
-        if ending || !self.delta.content.is_empty() || !harmony {
+        if harmony && ending && jail.hold_uncalled(&self.delta.content) {
+            // Released by `finish` below, as the end of output releases it.
+        } else if ending || !self.delta.content.is_empty() || !harmony {
             jail.feed(&self.delta.content, &mut released);
         }
         // mistral and llama3_json under `required`, after the guided list: JSON the
@@ -1189,18 +1191,6 @@ impl ResponseState {
         let forced = self.plan.tool_choice.forces_calls() && !jail.jails_forced_choice_as_auto();
         // The output ended with text held: the reference releases it after the piece.
         let finalized = if ending { jail.finish() } else { None };
-        // Harmony: a release without calls that the last frame makes goes out as
-        // the end-of-output release does (live-checked: after calls, a held
-        // `<|call|>` says `"content":""` with the finish reason, after a bare
-        // `tool_calls` chunk when a usage chunk follows).
-        let last_frame_text = finalized.is_none()
-            && harmony
-            && ending
-            && released.trailing.is_empty()
-            && released.parsed.last().is_some_and(|p| p.calls.is_empty());
-        let finalized =
-            finalized.or_else(|| last_frame_text.then(|| released.parsed.pop()).flatten());
-        let held = held || last_frame_text;
         count_reasoning(choice, &self.delta, tokens, answered);
         let parallel = self.plan.parallel_tool_calls;
         let mut parts: Vec<JailedPart> = Vec::with_capacity(4);
