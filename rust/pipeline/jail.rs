@@ -443,6 +443,22 @@ impl ToolJail {
         self.jailed.then_some(self.held.as_str())
     }
 
+    /// Harmony's last frame: when the held text, `piece` included, read whole
+    /// makes no call, the reference releases it whole at the end of output, no
+    /// end marker looked for (live-checked: a held `<|call|>\n` says `""`, its
+    /// `\n` no trailing text). False, and nothing taken, otherwise.
+    pub fn hold_uncalled(&mut self, piece: &str) -> bool {
+        if !self.jailed || self.to_end || self.rules.trigger != Trigger::Harmony {
+            return false;
+        }
+        let text = format!("{}{piece}", self.held);
+        if !parse_whole_harmony(&text).calls.is_empty() {
+            return false;
+        }
+        self.held = text;
+        true
+    }
+
     /// Stop holding: the held text goes to the caller.
     pub fn take_held(&mut self) -> String {
         self.jailed = false;

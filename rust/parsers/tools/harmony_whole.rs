@@ -86,7 +86,9 @@ pub(crate) fn parse_header(header: &str, role_known: bool) -> Option<Header<'_>>
     let bare = parts.is_empty();
     let mut recipient = None;
     if let Some(last) = parts.pop() {
-        if last.starts_with("to=") || (parts.is_empty() && !last.starts_with(CONSTRAIN)) {
+        // A lone word is the recipient, a content type too (`<|channel|>commentary
+        // <|constrain|>json` has the recipient `<|constrain|>json`; live-checked).
+        if last.starts_with("to=") || parts.is_empty() {
             recipient = Some(last);
         } else {
             recipient = parts.pop();
@@ -507,6 +509,13 @@ mod tests {
         assert_eq!(header.recipient.as_deref(), Some("A"));
         assert!(parse_header("A<|channel|>commentary to=functions.f", true).is_none());
         assert!(parse_header("<|channel|> x", true).is_none());
+        let header = parse_header("<|channel|>commentary <|constrain|>json", true).unwrap();
+        assert_eq!(header.recipient.as_deref(), Some("<|constrain|>json"));
+        let header = parse_header("<|channel|>commentary tc<|constrain|>", false).unwrap();
+        assert_eq!(
+            (header.role.as_str(), header.recipient.as_deref()),
+            ("tool", Some("<|constrain|>"))
+        );
         assert_eq!(
             parse_header("user<|channel|>final", false).unwrap().role,
             "user"
