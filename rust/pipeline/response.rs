@@ -1521,11 +1521,13 @@ const DSV31_SECTION: &str = "<｜tool▁calls▁begin｜>";
 /// The held answer up to its last block end: a block the output ends inside is
 /// no call in a forced choice's answer (live-checked: hermes `hi <tool_call>
 /// {"name":"get_ti` streams as text; qwen3_coder drops a `<tool_call><function=f>`
-/// left open after a whole block, where its jail reads a call).
+/// left open after a whole block, where its jail reads a call). With no block
+/// closed, everything from the first opener on is text (live-checked, qwen3_coder:
+/// `<tool_call><function=f>…<tool_call>` is no call).
 fn closed_blocks<'a>(answer: &'a str, open: &str, close: &str) -> &'a str {
     match (answer.rfind(open), answer.rfind(close)) {
         (Some(at), Some(end)) if at > end => &answer[..end + close.len()],
-        (Some(at), None) => &answer[..at],
+        (Some(_), None) => answer.find(open).map_or(answer, |at| &answer[..at]),
         _ => answer,
     }
 }
@@ -1737,7 +1739,9 @@ fn free_index_calls(
         }
         Some("mistral") => numbered_calls(mistral_held_calls(text)),
         Some("pythonic") => numbered_calls(pythonic_held_calls(text)),
-        Some("qwen3_coder") => held_answer_calls(spec?, text),
+        // deepseek_v3_1 too (seed 20261208 #1932: a closed section after guided
+        // elements gives its calls at indexes 0 and 1, the guided call took 3).
+        Some("qwen3_coder" | "deepseek_v3_1") => held_answer_calls(spec?, text),
         _ => return None,
     };
     // A named choice counts only its tool's calls (live-checked, llama3_json:
@@ -1906,7 +1910,9 @@ fn numbered_calls(calls: impl IntoIterator<Item = (String, String)>) -> Vec<Call
 
 /// Where the first tool-call start marker of the request's family begins, as
 /// Dynamo's unary cut finds it: pythonic's `<|python_start|>` is none there
-/// (live-checked: `s<|python_start|>` cut by the length limit says nothing).
+/// (live-checked: `s<|python_start|>` cut by the length limit says nothing), nor
+/// is a marker inside a quoted span (live-checked, mistral: `"ok [TOOL_CALLS]x"`
+/// says nothing, `a "ok [TOOL_CALLS]x" more [TOOL_CALLS] b` says up to the second).
 fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
     let spec = plan.parsers.as_ref()?;
     if spec.tool_call.is_some_and(|f| f.name() == "pythonic") {
@@ -1916,10 +1922,13 @@ fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
     // `<｜tool▁call▁begin｜>` is not one (live-checked: a named choice's answer
     // cut by length with only that marker says nothing).
     if spec.tool_call.is_some_and(|f| f.name() == "deepseek_v3_1") {
-        return text.find(DSV31_SECTION);
+        return unquoted_marker_at(text, DSV31_SECTION);
     }
     let markers = spec.tool_call?.build(spec.tools.clone()).start_markers();
-    markers.iter().filter_map(|m| text.find(m)).min()
+    markers
+        .iter()
+        .filter_map(|m| unquoted_marker_at(text, m))
+        .min()
 }
 
 /// Fold one step's delta into a unary choice.
