@@ -324,6 +324,19 @@ impl ResponseState {
                     continue;
                 }
                 if let Some(parsed) = jail.reread(&choice.content) {
+                    // qwen3_coder's own reading as at the end of output, as when the
+                    // model stopped (seed 20261209 #1276: `x<function=ok</tool_call>y`
+                    // cut by length is the call `ok</tool_call`, content `x`).
+                    let recovered = parsed
+                        .calls
+                        .is_empty()
+                        .then(|| jail.recovered(&choice.content, true))
+                        .flatten();
+                    if let Some(parsed) = recovered {
+                        let calls = parsed.calls.into_iter().map(|c| (c.name, c.arguments));
+                        answer_with_calls(choice, parsed.content, calls.collect());
+                        continue;
+                    }
                     if parsed.calls.is_empty() {
                         // Without calls it cuts the text at the first start marker
                         // outside a quoted span, else keeps it whole (live-checked:
