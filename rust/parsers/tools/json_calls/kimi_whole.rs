@@ -5,9 +5,8 @@
 //!   `functions.` is not part of the name), `<|tool_call_argument_begin|>`, then
 //!   the arguments up to the first `<|tool_call_end|>` — JSON strings are not
 //!   looked into, so `{"city": "New York<|tool_call_end|>` ends there;
-//! - whitespace around the id and the arguments is ignored; arguments that open
-//!   with a JSON value are that value written compact (text after it dropped),
-//!   others are kept as written (`x y`, `{"a":1,}`);
+//! - whitespace around the id and the arguments is ignored; arguments that parse
+//!   as JSON are written compact, others are kept as written (`x y`, `{"a":1,}`);
 //! - the call's id is the id as written.
 
 use serde_json::Value;
@@ -95,15 +94,9 @@ fn call_at(text: &str) -> Option<(WholeCall, usize)> {
     let args_from = after_id.strip_prefix(KIMI_ARGS_BEGIN)?;
     let end = args_from.find(KIMI_CALL_END)?;
     let raw = args_from[..end].trim();
-    // The first JSON value is read, what follows it dropped (live-checked:
-    // `{}<|tool_` and `{"a":1} {"b":2}` are `{}` and `{"a":1}`; `1x` stays as
-    // written: a number needs a delimiter after it).
-    let arguments = match serde_json::Deserializer::from_str(raw)
-        .into_iter::<Value>()
-        .next()
-    {
-        Some(Ok(value)) => value.to_string(),
-        _ => raw.to_owned(),
+    let arguments = match serde_json::from_str::<Value>(raw) {
+        Ok(value) => value.to_string(),
+        Err(_) => raw.to_owned(),
     };
     let used = text.len() - args_from.len() + end + KIMI_CALL_END.len();
     let name = id.rsplit_once(':').map_or(id, |(name, _)| name);
