@@ -1254,6 +1254,14 @@ impl ResponseState {
         }
         if finish.is_some() {
             terminal_whitespace_dropped(&mut parts, calls_before, finish, held);
+            // Calls the output's last frame released carry its finish reason when
+            // nothing else does (seed 20261210 #4222: a stop string cutting `>x`
+            // of `</tool_call>x` sends the call with `tool_calls`).
+            if !held && finalized.is_none() && parts.iter().all(|p| p.finish.is_none()) {
+                if let Some(last) = parts.last_mut() {
+                    last.finish = finish;
+                }
+            }
         }
         if let Some(parsed) = finalized {
             // With a usage chunk to come, the reference's last frame passes the
