@@ -324,6 +324,19 @@ impl ResponseState {
                     continue;
                 }
                 if let Some(parsed) = jail.reread(&choice.content) {
+                    // qwen3_coder's own reading as at the end of output, as when the
+                    // model stopped (seed 20261209 #1276: `x<function=ok</tool_call>y`
+                    // cut by length is the call `ok</tool_call`, content `x`).
+                    let recovered = parsed
+                        .calls
+                        .is_empty()
+                        .then(|| jail.recovered(&choice.content, true))
+                        .flatten();
+                    if let Some(parsed) = recovered {
+                        let calls = parsed.calls.into_iter().map(|c| (c.name, c.arguments));
+                        answer_with_calls(choice, parsed.content, calls.collect());
+                        continue;
+                    }
                     if parsed.calls.is_empty() {
                         // Without calls it cuts the text at the first start marker
                         // outside a quoted span, else keeps it whole (live-checked:
@@ -1255,6 +1268,14 @@ impl ResponseState {
         }
         if finish.is_some() {
             terminal_whitespace_dropped(&mut parts, calls_before, finish, held);
+            // Calls the output's last frame released carry its finish reason when
+            // nothing else does (seed 20261210 #4222: a stop string cutting `>x`
+            // of `</tool_call>x` sends the call with `tool_calls`).
+            if !held && finalized.is_none() && parts.iter().all(|p| p.finish.is_none()) {
+                if let Some(last) = parts.last_mut() {
+                    last.finish = finish;
+                }
+            }
         }
         if let Some(parsed) = finalized {
             // With a usage chunk to come, the reference's last frame passes the
@@ -1535,11 +1556,13 @@ const DSV31_SECTION: &str = "<｜tool▁calls▁begin｜>";
 /// The held answer up to its last block end: a block the output ends inside is
 /// no call in a forced choice's answer (live-checked: hermes `hi <tool_call>
 /// {"name":"get_ti` streams as text; qwen3_coder drops a `<tool_call><function=f>`
-/// left open after a whole block, where its jail reads a call).
+/// left open after a whole block, where its jail reads a call). With no block
+/// closed, everything from the first opener on is text (live-checked, qwen3_coder:
+/// `<tool_call><function=f>…<tool_call>` is no call).
 fn closed_blocks<'a>(answer: &'a str, open: &str, close: &str) -> &'a str {
     match (answer.rfind(open), answer.rfind(close)) {
         (Some(at), Some(end)) if at > end => &answer[..end + close.len()],
-        (Some(at), None) => &answer[..at],
+        (Some(_), None) => answer.find(open).map_or(answer, |at| &answer[..at]),
         _ => answer,
     }
 }
@@ -1751,7 +1774,9 @@ fn free_index_calls(
         }
         Some("mistral") => numbered_calls(mistral_held_calls(text)),
         Some("pythonic") => numbered_calls(pythonic_held_calls(text)),
-        Some("qwen3_coder") => held_answer_calls(spec?, text),
+        // deepseek_v3_1 too (seed 20261208 #1932: a closed section after guided
+        // elements gives its calls at indexes 0 and 1, the guided call took 3).
+        Some("qwen3_coder" | "deepseek_v3_1") => held_answer_calls(spec?, text),
         // Live-checked: a guided `{A,}` cut by a call block in the final body, then a
         // commentary call `g`: `g` at 1 with the finish reason.
         Some("harmony") => numbered_calls(harmony_held_calls(text)),
@@ -1992,7 +2017,9 @@ fn numbered_calls(calls: impl IntoIterator<Item = (String, String)>) -> Vec<Call
 
 /// Where the first tool-call start marker of the request's family begins, as
 /// Dynamo's unary cut finds it: pythonic's `<|python_start|>` is none there
-/// (live-checked: `s<|python_start|>` cut by the length limit says nothing).
+/// (live-checked: `s<|python_start|>` cut by the length limit says nothing), nor
+/// is a marker inside a quoted span (live-checked, mistral: `"ok [TOOL_CALLS]x"`
+/// says nothing, `a "ok [TOOL_CALLS]x" more [TOOL_CALLS] b` says up to the second).
 fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
     let spec = plan.parsers.as_ref()?;
     if spec.tool_call.is_some_and(|f| f.name() == "pythonic") {
@@ -2002,10 +2029,13 @@ fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
     // `<｜tool▁call▁begin｜>` is not one (live-checked: a named choice's answer
     // cut by length with only that marker says nothing).
     if spec.tool_call.is_some_and(|f| f.name() == "deepseek_v3_1") {
-        return text.find(DSV31_SECTION);
+        return unquoted_marker_at(text, DSV31_SECTION);
     }
     let markers = spec.tool_call?.build(spec.tools.clone()).start_markers();
-    markers.iter().filter_map(|m| text.find(m)).min()
+    markers
+        .iter()
+        .filter_map(|m| unquoted_marker_at(text, m))
+        .min()
 }
 
 /// Fold one step's delta into a unary choice.
