@@ -489,6 +489,13 @@ impl ToolJail {
             &mut out.passed
         };
         if let Some((at, _)) = self.rules.find_start(&combined) {
+            // Harmony: text before the marker that holds `<|channel|>` is jailed
+            // with it (Dynamo's jail, complete-marker path; seed 20261215 #1).
+            let at = if self.rules.harmony_opens_before(&combined[..at]) {
+                0
+            } else {
+                at
+            };
             passed.push_str(&combined[..at]);
             self.held = combined[at..].to_owned();
             self.jailed = true;

@@ -1225,6 +1225,13 @@ impl ResponseState {
         };
         let finalized = finalized.map(|parsed| only_named(parsed, named, forced));
         let calls_before = choice.calls_released > 0;
+        if harmony && !released.passed.is_empty() && !released.parsed.is_empty() {
+            // Harmony: text a held marker prefix lets out before a call's envelope
+            // goes before the call (the reference's jail opens on the envelope's
+            // header a frame earlier; live-checked: `x<` then a call says `x`, `<`,
+            // the call; seed 20261212 #274).
+            parts.push(JailedPart::text(std::mem::take(&mut released.passed), None));
+        }
         for parsed in std::mem::take(&mut released.parsed) {
             parts.push(JailedPart::parsed(
                 only_named(parsed, named, forced),
