@@ -150,6 +150,15 @@ fn around(text: &str, start: &str) -> Option<String> {
     }
     let mut items: Vec<String> = Vec::new();
     for piece in text.split(start) {
+        // A piece opening with `[` counts only when all of it, cut at its last
+        // `]`, is one JSON list (live-checked, seed 20261210 #1709:
+        // `[{A}]>x{"a": [1]}<|python_tag|>{B}` is B alone).
+        if let Some(cut) = cut_json_piece(piece).filter(|cut| cut.starts_with('[')) {
+            if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(cut) {
+                items.extend(list.iter().map(|item| item.get().to_owned()));
+            }
+            continue;
+        }
         for value in piece_values(piece) {
             if value.starts_with('[') {
                 if let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(value) {
