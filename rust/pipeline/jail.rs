@@ -828,8 +828,15 @@ impl ToolJail {
                 content,
             });
         }
+        // `default` reads as at the end of output (live-checked, seed 20261210
+        // #4980: `{A}; {B}<TOOLCALL>[{C}, {"n` cut by length is no call, `{A}; {B}`).
+        let reading = if self.rules.default_whole {
+            Reading::End
+        } else {
+            Reading::Streaming
+        };
         Some(Parsed {
-            calls: self.parse(text).calls,
+            calls: self.parse_at(text, reading).calls,
             content: text[..at].to_owned(),
         })
     }
