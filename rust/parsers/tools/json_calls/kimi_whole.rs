@@ -153,7 +153,7 @@ fn leading_json(region: &str) -> Option<&str> {
     let end = after.find(KIMI_CALL_END)?;
     after
         .find(KIMI_CALL_BEGIN)
-        .is_none_or(|next| end < next)
+        .map_or(true, |next| end < next)
         .then(|| region[..len].trim())
 }
 
