@@ -2039,9 +2039,17 @@ fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
         return unquoted_marker_at(text, DSV31_SECTION);
     }
     let markers = spec.tool_call?.build(spec.tools.clone()).start_markers();
+    // qwen3_coder's jail also opens on a bare `<function=` (live-checked: a
+    // `required` answer cut by length at `…Hellois<function=` says `…Hellois`).
+    let bare = spec
+        .tool_call
+        .is_some_and(|f| f.name() == "qwen3_coder")
+        .then(|| unquoted_marker_at(text, "<function="))
+        .flatten();
     markers
         .iter()
         .filter_map(|m| unquoted_marker_at(text, m))
+        .chain(bare)
         .min()
 }
 

@@ -5,10 +5,16 @@
 //!   `functions.` is not part of the name), `<|tool_call_argument_begin|>`, then
 //!   the arguments up to the first `<|tool_call_end|>` — JSON strings are not
 //!   looked into, so `{"city": "New York<|tool_call_end|>` ends there;
+//! - but when the arguments open with a whole JSON value (read on through the
+//!   call's block, so `<|tool_call_end|>` may sit inside its strings), a
+//!   `<|tool_call_end|>` follows it, and no `<|tool_call_begin|>` comes before
+//!   that, the arguments are that value alone (`{}x`, `[1] [2]`, `{}<|tool_`);
+//!   a number or literal must end at a delimiter (`1x` stays as written);
 //! - whitespace around the id and the arguments is ignored; arguments that parse
 //!   as JSON are written compact, others are kept as written (`x y`, `{"a":1,}`);
 //! - the call's id is the id as written.
 
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use super::family::{
@@ -29,7 +35,7 @@ pub fn parse_whole(text: &str) -> Vec<WholeCall> {
     let mut from = 0;
     while let Some(at) = text[from..].find(KIMI_CALL_BEGIN) {
         let begin = from + at + KIMI_CALL_BEGIN.len();
-        match call_at(&text[begin..]) {
+        match call_at(&text[begin..block_end(text, from + at)]) {
             Some((call, used)) => {
                 calls.push(call);
                 from = begin + used;
@@ -38,6 +44,30 @@ pub fn parse_whole(text: &str) -> Vec<WholeCall> {
         }
     }
     calls
+}
+
+/// Where the block the parser reads the call at `at` from ends: its section's
+/// end marker (or the text's end), or for a call outside sections the next
+/// section's start.
+fn block_end(text: &str, at: usize) -> usize {
+    let mut cursor = 0;
+    while let Some(start) = first_section(&text[cursor..]).map(|s| cursor + s) {
+        if at < start {
+            return start;
+        }
+        let Some(end) = [KIMI_SECTIONS_END, KIMI_SECTION_END]
+            .iter()
+            .filter_map(|m| text[start..].find(m).map(|e| start + e + m.len()))
+            .min()
+        else {
+            return text.len();
+        };
+        if at < end {
+            return end;
+        }
+        cursor = end;
+    }
+    text.len()
 }
 
 /// Where the first section opens (either spelling of the section marker).
@@ -85,15 +115,16 @@ pub fn says_text_without_calls(text: &str) -> bool {
     !rest.trim().is_empty()
 }
 
-/// The call whose id starts `text` (after its begin marker), and the bytes it used.
+/// The call whose id starts `text` (after its begin marker, up to its block's
+/// end), and the bytes it used.
 fn call_at(text: &str) -> Option<(WholeCall, usize)> {
     let rest = text.trim_start();
     let id_len = function_id_len(rest)?;
     let id = &rest[..id_len];
     let after_id = rest[id_len..].trim_start();
-    let args_from = after_id.strip_prefix(KIMI_ARGS_BEGIN)?;
+    let args_from = after_id.strip_prefix(KIMI_ARGS_BEGIN)?.trim_start();
     let end = args_from.find(KIMI_CALL_END)?;
-    let raw = args_from[..end].trim();
+    let raw = leading_json(args_from).unwrap_or_else(|| args_from[..end].trim());
     let arguments = match serde_json::from_str::<Value>(raw) {
         Ok(value) => value.to_string(),
         Err(_) => raw.to_owned(),
@@ -110,6 +141,20 @@ fn call_at(text: &str) -> Option<(WholeCall, usize)> {
         arguments,
     };
     Some((call, used))
+}
+
+/// The JSON value opening `region` when a `<|tool_call_end|>` follows it before
+/// any `<|tool_call_begin|>`.
+fn leading_json(region: &str) -> Option<&str> {
+    let mut values = serde_json::Deserializer::from_str(region).into_iter::<IgnoredAny>();
+    values.next()?.ok()?;
+    let len = values.byte_offset();
+    let after = &region[len..];
+    let end = after.find(KIMI_CALL_END)?;
+    after
+        .find(KIMI_CALL_BEGIN)
+        .map_or(true, |next| end < next)
+        .then(|| region[..len].trim())
 }
 
 /// The length of the `[\w.-]+:\d+` id opening `text` (the longest such id).
@@ -175,6 +220,33 @@ mod tests {
         assert!(says_text_without_calls(
             "<|tool_calls_section_begin|>y<|tool_calls_section_end|> z"
         ));
+    }
+
+    #[test]
+    fn a_leading_json_value_before_the_call_end_is_the_arguments() {
+        let args = |body: &str| {
+            let text = format!(
+                "<|tool_calls_section_begin|><|tool_call_begin|>f:0<|tool_call_argument_begin|>\
+                 {body}<|tool_call_end|><|tool_calls_section_end|>"
+            );
+            read(&text).pop().map(|c| c.2)
+        };
+        assert_eq!(args("{}<|tool_").as_deref(), Some("{}"));
+        assert_eq!(args("{\"a\":1} {\"b\":2}").as_deref(), Some("{\"a\":1}"));
+        assert_eq!(args("[1]x").as_deref(), Some("[1]"));
+        assert_eq!(args("\"s\"x").as_deref(), Some("\"s\""));
+        assert_eq!(args("1x").as_deref(), Some("1x"));
+        assert_eq!(args("x {}").as_deref(), Some("x {}"));
+        // A call opening before the value's call end keeps the text as written.
+        assert_eq!(
+            args("{}x<|tool_call_begin|>").as_deref(),
+            Some("{}x<|tool_call_begin|>")
+        );
+        // A string may hold the call end marker.
+        assert_eq!(
+            args("{\"a\":\"<|tool_call_end|>\"}").as_deref(),
+            Some("{\"a\":\"<|tool_call_end|>\"}")
+        );
     }
 
     #[test]
