@@ -1190,9 +1190,10 @@ impl ResponseState {
         let jail = choice.jail.as_mut().expect("a jailed choice");
         let mut released = Released::default();
         let harmony = jail.skips_emptied_frames();
-        if harmony && ending && jail.hold_uncalled(&self.delta.content) {
-            // Released by `finish` below, as the end of output releases it.
-        } else if ending || !self.delta.content.is_empty() || !harmony {
+        // Harmony text held whole here is released by `finish` below, as the end
+        // of output releases it.
+        let held_whole = harmony && ending && jail.hold_uncalled(&self.delta.content);
+        if !held_whole && (ending || !self.delta.content.is_empty() || !harmony) {
             jail.feed(&self.delta.content, &mut released);
         }
         // mistral and llama3_json under `required`, after the guided list: JSON the
