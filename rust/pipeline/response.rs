@@ -250,7 +250,7 @@ impl ResponseState {
             // a named choice keeps the text, `required` too unless it holds
             // `<|channel|>commentary`: `x<|channel|>commentary` says `x`).
             let marker = match self.plan.tool_choice {
-                ToolChoiceMode::Required => "<|channel|>commentary",
+                ToolChoiceMode::Required => HARMONY_REQUIRED_REREAD,
                 _ if self.plan.tool_choice.forces_calls() => "",
                 _ => harmony_whole::CHANNEL,
             };
@@ -775,6 +775,16 @@ impl ResponseState {
                     if self.plan.stream || finish == Some("stop") {
                         released_held = true;
                         self.delta.content = jailed;
+                    } else if harmony_required(&self.plan) {
+                        // Harmony under `required`: Dynamo's own start marker,
+                        // `<|channel|>commentary`, keeps the answer whole for the
+                        // unary re-reading in `finish` (live-checked: `x<|channel|>
+                        // final<|message|>yo <|start|>assistant<|channel|>commentary
+                        // to=functions.f <|` says `yo <|start|>…`); without it nothing
+                        // is kept, a `<|channel|>analysis to=` block included.
+                        if jailed.contains(HARMONY_REQUIRED_REREAD) {
+                            self.delta.content = jailed;
+                        }
                     } else if let Some(at) = first_start_marker(&self.plan, &jailed) {
                         self.delta.content = jailed[..at].to_owned();
                     }
@@ -2021,6 +2031,14 @@ fn numbered_calls(calls: impl IntoIterator<Item = (String, String)>) -> Vec<Call
             arguments,
         })
         .collect()
+}
+
+/// What makes the unary answer of a harmony `required` choice re-read whole.
+const HARMONY_REQUIRED_REREAD: &str = "<|channel|>commentary";
+
+/// Harmony's unary re-reading (reference mode) under `tool_choice: required`.
+fn harmony_required(plan: &ResponsePlan) -> bool {
+    plan.unary_harmony_cleanup && plan.tool_choice == ToolChoiceMode::Required
 }
 
 /// Where the first tool-call start marker of the request's family begins, as

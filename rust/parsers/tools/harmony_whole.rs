@@ -225,6 +225,9 @@ fn close_message(
     if role != "assistant" {
         return;
     }
+    // An empty recipient (`to=`) is none to Dynamo's parser (live-checked:
+    // `<|channel|>commentary to=<|message|>x` says `x`).
+    let recipient = recipient.filter(|r| !r.strip_prefix("to=").unwrap_or(r).is_empty());
     match (channel.as_deref(), recipient) {
         (Some("commentary"), Some(recipient)) => {
             let recipient = recipient.strip_prefix("to=").unwrap_or(&recipient);
@@ -429,6 +432,9 @@ mod tests {
     fn messages_that_read_keep_final_and_plain_commentary_bodies() {
         assert_eq!(content("hi<|channel|>final<|message|>yo"), "yo");
         assert_eq!(content("<|channel|>commentary<|message|>yo"), "yo");
+        // an empty recipient is none
+        assert_eq!(content("<|channel|>commentary to=<|message|>yo"), "yo");
+        assert_eq!(content("<|channel|>commentary to=g<|message|>yo"), "");
         assert_eq!(content("  A  <|channel|>final<|message|>  B  "), "  B  ");
         assert_eq!(
             content("A<|channel|>final<|message|>B<|channel|>final<|message|>C"),
