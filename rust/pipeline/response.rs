@@ -2033,8 +2033,10 @@ fn numbered_calls(calls: impl IntoIterator<Item = (String, String)>) -> Vec<Call
         .collect()
 }
 
-/// What makes the unary answer of a harmony `required` choice re-read whole.
+/// What makes the unary answer of a harmony `required` choice re-read whole:
+/// Dynamo's harmony start marker, the other being this after `<|start|>assistant`.
 const HARMONY_REQUIRED_REREAD: &str = "<|channel|>commentary";
+const HARMONY_ASSISTANT_COMMENTARY: &str = "<|start|>assistant<|channel|>commentary";
 
 /// Harmony's unary re-reading (reference mode) under `tool_choice: required`.
 fn harmony_required(plan: &ResponsePlan) -> bool {
@@ -2056,6 +2058,15 @@ fn first_start_marker(plan: &ResponsePlan, text: &str) -> Option<usize> {
     // cut by length with only that marker says nothing).
     if spec.tool_call.is_some_and(|f| f.name() == "deepseek_v3_1") {
         return unquoted_marker_at(text, DSV31_SECTION);
+    }
+    // Harmony's are Dynamo's two, a recipient or not (live-checked, named
+    // choice: `ab <|channel|>commentary<|message|>yo` says `ab `; an `analysis
+    // to=functions.f` block or `<|start|>assistant to=functions.f` says nothing).
+    if spec.tool_call.is_some_and(|f| f.name() == "harmony") {
+        return [HARMONY_ASSISTANT_COMMENTARY, HARMONY_REQUIRED_REREAD]
+            .iter()
+            .filter_map(|m| unquoted_marker_at(text, m))
+            .min();
     }
     let markers = spec.tool_call?.build(spec.tools.clone()).start_markers();
     // qwen3_coder's jail also opens on a bare `<function=` (live-checked: a
