@@ -508,12 +508,14 @@ impl ToolJail {
             if !self.to_end && !unchecked {
                 self.try_end(out);
             }
-        } else if let Some(at) = self
-            .rules
-            .partial_suffix(&combined)
-            .or_else(|| self.rules.harmony_open_tail(&combined))
-            .filter(|&at| !self.rules.harmony_opens_before(&combined[..at]))
-        {
+        } else if let Some(at) = match self.rules.partial_suffix(&combined) {
+            Some(at) => Some(at).filter(|&at| !self.rules.harmony_opens_before(&combined[..at])),
+            // Harmony's open tail (`<` then a space) lets the text before it out,
+            // `<|channel|>` in it or not (Dynamo splits it off before looking for
+            // a start; live-checked: a held `<|channel|>` then `< ` + `/` sends
+            // `<|channel|>`, then `< /`; seed 20261222 #876).
+            None => self.rules.harmony_open_tail(&combined),
+        } {
             passed.push_str(&combined[..at]);
             self.partial = combined[at..].to_owned();
         } else if self.rules.detects_start(&combined) {
