@@ -14,11 +14,12 @@
 //!   by the end of the text, nothing), the rest is dropped;
 //! - failed, calls are recovered from `<|channel|>commentary to=functions.NAME
 //!   …<|message|>ARGS<|call|>` blocks (`analysis` too, an optional
-//!   `<|start|>assistant` before them), and the text around them is cleaned up:
-//!   a `final` block gives its body, `analysis` and `commentary` blocks (to their
-//!   `<|call|>`/`<|end|>` or the end), a `commentary` header left open and a
-//!   `<|message|>` payload (to `<|call|>` or the end) go, the Harmony markers
-//!   are stripped and the result is trimmed;
+//!   `<|start|>assistant` before them), and the text around them is cleaned up,
+//!   in this order: `commentary` blocks (to their `<|call|>` or the end) and a
+//!   `commentary` header left open go, `analysis` blocks (to `<|call|>`/`<|end|>`
+//!   or the end) go, a `final` block gives its body, `<|message|>` payloads (to
+//!   `<|call|>` or the end) go, the Harmony markers are stripped and the result
+//!   is trimmed;
 //! - call arguments are compact JSON, or the trimmed text when it is not JSON.
 
 // The Harmony format's special tokens, for every harmony parser.
@@ -340,13 +341,17 @@ fn recover(text: &str) -> WholeParse {
         pos = end;
     }
     residual.push_str(&text[pos..]);
-    let text = rewrite_blocks(&residual, "final", true, &[RETURN, END], true);
-    let text = rewrite_blocks(&text, "analysis", false, &[CALL, END], false);
-    let text = rewrite_blocks(&text, "commentary", false, &[CALL], false);
+    // In Dynamo's order: a commentary block can swallow the `<|message|>` an
+    // earlier analysis header waits for (live-checked: `<|channel|>analysis
+    // <|messag…x<|channel|>commentary to=functions.f<|message|>{` says
+    // `analysis<|messag…x`; seed 20261223 #4866).
+    let text = rewrite_blocks(&residual, "commentary", false, &[CALL], false);
     let text = match find_block(&text, 0, "commentary") {
         Some((start, _)) => text[..start].to_owned(),
         None => text,
     };
+    let text = rewrite_blocks(&text, "analysis", false, &[CALL, END], false);
+    let text = rewrite_blocks(&text, "final", true, &[RETURN, END], true);
     let text = strip_payloads(&text);
     let mut text = text;
     for marker in MARKERS {
@@ -491,6 +496,12 @@ mod tests {
             "A\nB"
         );
         assert_eq!(content("<|call|>"), "");
+        assert_eq!(
+            content(
+                "<|channel|>analysis<|messag x<|channel|>commentary to=functions.f<|message|>{"
+            ),
+            "analysis<|messag x"
+        );
     }
 
     #[test]
