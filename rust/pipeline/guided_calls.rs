@@ -360,6 +360,16 @@ impl GuidedCalls {
         }
     }
 
+    /// Whether Dynamo's guided scan, run over `held` (text a jail holds after a
+    /// `required` list) from its start, lets a call out: its root is the first
+    /// bracket, so `[TOOL_CALLS]f[ARGS]{…}` takes no element (its `{` stands at the
+    /// root's depth) while a later `[TOOL_CALLS][{…` opens one (seed 20261216 #1719).
+    pub fn scan_calls(held: &str) -> bool {
+        let mut scan = Scan::new(None);
+        scan.advance(held);
+        scan.calls.iter().any(Option::is_some)
+    }
+
     /// Read from held text after the guided value (see `open_ended`).
     pub fn is_open_ended(&self) -> bool {
         self.open_ended

@@ -1208,8 +1208,11 @@ impl ResponseState {
                 // mistral's marker counts once a list follows it (live-checked:
                 // `[TOOL_CALLS]f[ARGS]{…}` stays held, the text as written).
                 let list = h.strip_prefix("[TOOL_CALLS]").map(str::trim_start);
-                list.map_or(h.trim_start(), |l| l).starts_with(['[', '{'])
-                    && list.map_or(true, |l| l.starts_with('['))
+                let opens = list.map_or(h.trim_start(), |l| l).starts_with(['[', '{'])
+                    && list.map_or(true, |l| l.starts_with('['));
+                // Dynamo's scan runs over all the jail holds, so a list after
+                // other `[TOOL_CALLS]` pieces streams once it lets a call out.
+                opens || (list.is_some() && GuidedCalls::scan_calls(h))
             })
             .map(|h| h.starts_with("[TOOL_CALLS]") || h.trim_start().starts_with('{'))
             .map(|held_to_end| (held_to_end, jail.take_held()));
