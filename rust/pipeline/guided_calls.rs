@@ -370,11 +370,6 @@ impl GuidedCalls {
         scan.calls.iter().any(Option::is_some)
     }
 
-    /// Read from held text after the guided value (see `open_ended`).
-    pub fn is_open_ended(&self) -> bool {
-        self.open_ended
-    }
-
     /// Take one step of answer text; returns the shape the answer has now.
     pub fn feed(&mut self, piece: &str) -> Shape {
         self.text.push_str(piece);
@@ -638,7 +633,7 @@ mod tests {
         calls.fragments(&mut out);
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].index, out[0].arguments.as_str()), (1, "{}"));
-        assert!(calls.is_open_ended() && calls.closed_at().is_none());
+        assert!(calls.closed_at().is_none());
         // A plain scan's list ends where it closes as JSON.
         let mut plain = GuidedCalls::new(None);
         plain.feed(r#"[{"name":"b","arguments":{}}] tail"#);

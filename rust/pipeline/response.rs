@@ -983,7 +983,11 @@ impl ResponseState {
         // its calls at the indexes the scan left free, as for guided JSON that never
         // closed (live-checked: `[TOOL_CALLS][{"name": 7}, {B}]` streams B at the
         // next index but one, the end adds B at the next).
-        let mut end_calls = (ending && guided.is_open_ended())
+        // A rescanned value the output ends inside is held to the end as a
+        // `[TOOL_CALLS]` list is (Dynamo's jail never saw it close; live-checked:
+        // `[x` + `y` after a guided list goes out as written with the finish reason).
+        let held_end = ending && guided.closed_at().is_none();
+        let mut end_calls = held_end
             .then(|| {
                 let spec = self.plan.parsers.as_ref();
                 free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, None)
@@ -997,11 +1001,7 @@ impl ResponseState {
         {
             call.index += base;
         }
-        if ending
-            && guided.is_open_ended()
-            && end_calls.is_none()
-            && !guided.released_any()
-            && self.delta.calls.is_empty()
+        if held_end && end_calls.is_none() && !guided.released_any() && self.delta.calls.is_empty()
         {
             // A rescanned value that let out no call and whose end parse finds
             // none: Dynamo's jail releases the held text as written with the
