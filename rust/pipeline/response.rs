@@ -983,10 +983,14 @@ impl ResponseState {
         // its calls at the indexes the scan left free, as for guided JSON that never
         // closed (live-checked: `[TOOL_CALLS][{"name": 7}, {B}]` streams B at the
         // next index but one, the end adds B at the next).
-        // A rescanned value the output ends inside is held to the end as a
-        // `[TOOL_CALLS]` list is (Dynamo's jail never saw it close; live-checked:
-        // `[x` + `y` after a guided list goes out as written with the finish reason).
-        let held_end = ending && guided.closed_at().is_none();
+        // A value rescanned under `required` that the output ends inside is held to
+        // the end as a `[TOOL_CALLS]` list is (Dynamo's jail never saw it close;
+        // live-checked: `[x` + `y` after a guided list goes out as written with the
+        // finish reason). A named choice's next object keeps its own end (seed
+        // 20261218 #3636: `{é<|python_tag|>{T};{W}` cut by length adds no call).
+        let held_end = ending
+            && guided.closed_at().is_none()
+            && self.plan.tool_choice == ToolChoiceMode::Required;
         let mut end_calls = held_end
             .then(|| {
                 let spec = self.plan.parsers.as_ref();
