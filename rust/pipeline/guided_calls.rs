@@ -360,9 +360,14 @@ impl GuidedCalls {
         }
     }
 
-    /// Read from held text after the guided value (see `open_ended`).
-    pub fn is_open_ended(&self) -> bool {
-        self.open_ended
+    /// Whether Dynamo's guided scan, run over `held` (text a jail holds after a
+    /// `required` list) from its start, lets a call out: its root is the first
+    /// bracket, so `[TOOL_CALLS]f[ARGS]{…}` takes no element (its `{` stands at the
+    /// root's depth) while a later `[TOOL_CALLS][{…` opens one (seed 20261216 #1719).
+    pub fn scan_calls(held: &str) -> bool {
+        let mut scan = Scan::new(None);
+        scan.advance(held);
+        scan.calls.iter().any(Option::is_some)
     }
 
     /// Take one step of answer text; returns the shape the answer has now.
@@ -628,7 +633,7 @@ mod tests {
         calls.fragments(&mut out);
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].index, out[0].arguments.as_str()), (1, "{}"));
-        assert!(calls.is_open_ended() && calls.closed_at().is_none());
+        assert!(calls.closed_at().is_none());
         // A plain scan's list ends where it closes as JSON.
         let mut plain = GuidedCalls::new(None);
         plain.feed(r#"[{"name":"b","arguments":{}}] tail"#);

@@ -993,7 +993,15 @@ impl ResponseState {
         // its calls at the indexes the scan left free, as for guided JSON that never
         // closed (live-checked: `[TOOL_CALLS][{"name": 7}, {B}]` streams B at the
         // next index but one, the end adds B at the next).
-        let mut end_calls = (ending && guided.is_open_ended())
+        // A value rescanned under `required` that the output ends inside is held to
+        // the end as a `[TOOL_CALLS]` list is (Dynamo's jail never saw it close;
+        // live-checked: `[x` + `y` after a guided list goes out as written with the
+        // finish reason). A named choice's next object keeps its own end (seed
+        // 20261218 #3636: `{é<|python_tag|>{T};{W}` cut by length adds no call).
+        let held_end = ending
+            && guided.closed_at().is_none()
+            && self.plan.tool_choice == ToolChoiceMode::Required;
+        let mut end_calls = held_end
             .then(|| {
                 let spec = self.plan.parsers.as_ref();
                 free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, None)
@@ -1007,11 +1015,7 @@ impl ResponseState {
         {
             call.index += base;
         }
-        if ending
-            && guided.is_open_ended()
-            && end_calls.is_none()
-            && !guided.released_any()
-            && self.delta.calls.is_empty()
+        if held_end && end_calls.is_none() && !guided.released_any() && self.delta.calls.is_empty()
         {
             // A rescanned value that let out no call and whose end parse finds
             // none: Dynamo's jail releases the held text as written with the
@@ -1218,8 +1222,11 @@ impl ResponseState {
                 // mistral's marker counts once a list follows it (live-checked:
                 // `[TOOL_CALLS]f[ARGS]{…}` stays held, the text as written).
                 let list = h.strip_prefix("[TOOL_CALLS]").map(str::trim_start);
-                list.map_or(h.trim_start(), |l| l).starts_with(['[', '{'])
-                    && list.map_or(true, |l| l.starts_with('['))
+                let opens = list.map_or(h.trim_start(), |l| l).starts_with(['[', '{'])
+                    && list.map_or(true, |l| l.starts_with('['));
+                // Dynamo's scan runs over all the jail holds, so a list after
+                // other `[TOOL_CALLS]` pieces streams once it lets a call out.
+                opens || (list.is_some() && GuidedCalls::scan_calls(h))
             })
             .map(|h| h.starts_with("[TOOL_CALLS]") || h.trim_start().starts_with('{'))
             .map(|held_to_end| (held_to_end, jail.take_held()));

@@ -64,9 +64,11 @@ pub fn parse_whole_objects(text: &str, marker: &str, close_cut: bool) -> WholePa
             content: Some(String::new()),
         };
     }
+    // Dynamo's mistral normal text keeps the space before the marker (its
+    // `try_parse_normal_text`; the text was trimmed as a whole only).
     WholeParse {
         calls: items.into_iter().filter_map(call).collect(),
-        content: Some(text[..at].trim().to_owned()),
+        content: Some(text[..at].to_owned()),
     }
 }
 
