@@ -1506,9 +1506,14 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
             )
             .calls
         } else {
-            answer.find(['{', '[']).map_or_else(Vec::new, |at| {
-                hermes_whole::parse_whole(&answer[at..], Repair::Never).calls
-            })
+            // A marker in that text makes it no JSON (live-checked: `ok [ <tool_call>{A}`
+            // streams as text).
+            answer
+                .find(['{', '['])
+                .filter(|&at| !answer[at..].contains("<tool_call>"))
+                .map_or_else(Vec::new, |at| {
+                    hermes_whole::parse_whole(&answer[at..], Repair::Never).calls
+                })
         }),
         _ => None,
     };
