@@ -561,6 +561,15 @@ impl ToolJail {
                 .unwrap_or_else(|| basic_whole::parse_whole(&held, "[TOOL_CALLS]", false).calls);
             return Some(calls_or_text(calls, held));
         }
+        if self.to_end && self.rules.bare_opener.is_some() {
+            // After guided JSON, Dynamo's forced-choice finalize reads qwen3_coder's
+            // held text as bare JSON first (live-checked: two closed blocks and then
+            // `[{A}]` after a guided list is the call A).
+            let calls = default_whole::bare_calls(&held);
+            if !calls.is_empty() {
+                return Some(calls_or_text(calls, held));
+            }
+        }
         // After guided JSON, Dynamo's forced-choice finalize reads hermes' held text
         // without closing cut JSON (live-checked: `}{"name":"` stays text).
         let reading = if self.to_end && self.rules.hermes_whole {
@@ -634,6 +643,19 @@ impl ToolJail {
             find_end(self.rules.ends)
         };
         let end = match end {
+            // qwen3_coder's end marker ends the jail as Dynamo's completion decides.
+            Some(marker_end) if self.rules.bare_opener.is_some() => {
+                let Some((end, parsed)) = self.qwen3_completion(marker_end) else {
+                    return;
+                };
+                let held = std::mem::take(&mut self.held);
+                self.jailed = false;
+                out.parsed.push(parsed);
+                if end < held.len() {
+                    self.feed_free(&held[end..], out, true);
+                }
+                return;
+            }
             Some(end) => end,
             None if (self.rules.ends_on_calls || !self.rules.has_start(&self.held))
                 && self.could_be_whole()
@@ -649,6 +671,25 @@ impl ToolJail {
         if end < held.len() {
             self.feed_free(&held[end..], out, true);
         }
+    }
+
+    /// Whether Dynamo's qwen3_coder jail ends now that its end marker arrived
+    /// (ending at `marker_end`), where, and what it releases: held text whose
+    /// whole parse finds no call ends at the marker; else the jail ends at the
+    /// parser's end position ([`qwen3_end_position`]), where the text up to it
+    /// must parse to calls again, or holds on to the end of output (live-checked:
+    /// `<function=f</function>x"</tool_call>y` holds, a call with nothing after it).
+    fn qwen3_completion(&self, marker_end: usize) -> Option<(usize, Parsed)> {
+        let parsed = self.parse(&self.held);
+        if parsed.calls.is_empty() {
+            return Some((marker_end, self.parse(&self.held[..marker_end])));
+        }
+        let end = qwen3_end_position(&self.held);
+        if end == self.held.len() {
+            return Some((end, parsed));
+        }
+        let again = self.parse(&self.held[..end]);
+        (!again.calls.is_empty()).then_some((end, again))
     }
 
     /// Where Dynamo's deepseek_v3_1 jail ends, if it does now: once the held text
@@ -836,6 +877,16 @@ impl ToolJail {
             Reading::End
         } else {
             Reading::Streaming
+        };
+        // qwen3_coder: a bare `<function=` before the first block that reads as no
+        // call is text said with the rest (live-checked: `x<function=👩ok<tool_call>…`
+        // says `x<function=👩ok`, `x<function=g>ok<tool_call>…` says `x`).
+        let at = match self.rules.bare_opener {
+            Some((_, opener)) => match text.find(opener) {
+                Some(open) if open > at && !self.bare_gap_call(&text[..open], true) => open,
+                _ => at,
+            },
+            None => at,
         };
         Some(Parsed {
             calls: self.parse_at(text, reading).calls,
@@ -1123,6 +1174,19 @@ impl ToolJail {
     /// A function body's parameters as the tag machine reads them in a block of
     /// its own (a name with markup in it is no declared tool: its values untyped).
     fn function_arguments(&self, name: &str, body: &str) -> Option<String> {
+        if let Some((open, key)) = key_through_close(body) {
+            // The tag machine reads that `</tool_call>` as the block's end; Dynamo's
+            // pattern as the end of the name, its value empty (live-checked:
+            // `<parameter=city{"tz":"</tool_call>` is `{"city{\"tz\":\"</tool_call":""}`).
+            let before = self.function_arguments(name, &body[..open])?;
+            let Some(key) = key else { return Some(before) };
+            let entry = format!("{}:\"\"", serde_json::to_string(key).ok()?);
+            let arguments = match before.strip_suffix('}')? {
+                "{" => format!("{{{entry}}}"),
+                head => format!("{head},{entry}}}"),
+            };
+            return Some(last_value_per_key(&arguments).unwrap_or(arguments));
+        }
         if !body.contains("<parameter=") {
             return Some("{}".to_owned());
         }
@@ -1273,6 +1337,74 @@ const QWEN3_OPEN: &str = "<tool_call>";
 const QWEN3_CLOSE: &str = "</tool_call>";
 const QWEN3_FUNCTION: &str = "<function=";
 const QWEN3_FUNCTION_END: &str = "</function>";
+
+/// Where Dynamo's qwen3_coder parser says held text's calls end: after the first
+/// `</tool_call>` and the whole blocks that follow it across whitespace; with no
+/// `<tool_call>` but a bare `<function=`, after the first `</function>`, the
+/// `</function>`s right after it, and one `</tool_call>` after those; with no end
+/// tag, the end of the text.
+fn qwen3_end_position(text: &str) -> usize {
+    let bare = !text.contains(QWEN3_OPEN) && text.contains(QWEN3_FUNCTION);
+    let (open, close) = if bare {
+        (QWEN3_FUNCTION, QWEN3_FUNCTION_END)
+    } else {
+        (QWEN3_OPEN, QWEN3_CLOSE)
+    };
+    let Some(first) = text.find(close) else {
+        return text.len();
+    };
+    let mut cursor = first + close.len();
+    loop {
+        let rest = &text[cursor..];
+        let trimmed = rest.trim_start();
+        let gap = rest.len() - trimmed.len();
+        if bare && trimmed.starts_with(close) {
+            cursor += gap + close.len();
+        } else if bare && trimmed.starts_with(QWEN3_CLOSE) {
+            return cursor + gap + QWEN3_CLOSE.len();
+        } else if trimmed.starts_with(open) {
+            let from = cursor + gap + open.len();
+            match text[from..].find(close) {
+                Some(at) => cursor = from + at + close.len(),
+                None => return cursor,
+            }
+        } else {
+            return cursor;
+        }
+    }
+}
+
+const QWEN3_PARAMETER: &str = "<parameter=";
+const QWEN3_PARAMETER_END: &str = "</parameter>";
+
+/// A function body's last parameter tag when Dynamo's pattern (a name up to the
+/// first `>`, a value up to `</parameter>` or the end) reads the block's closing
+/// `</tool_call>` into its name: where the tag starts, and the name (trimmed,
+/// quotes dropped; `None` when nothing is left, which Dynamo skips).
+fn key_through_close(body: &str) -> Option<(usize, Option<&str>)> {
+    let mut pos = 0;
+    let mut last = None;
+    while let Some(at) = body[pos..].find(QWEN3_PARAMETER) {
+        let open = pos + at;
+        let head = open + QWEN3_PARAMETER.len();
+        let Some(gt) = body[head..].find('>').filter(|&gt| gt > 0) else {
+            pos = open + 1;
+            continue;
+        };
+        let value = head + gt + 1;
+        last = Some((open, &body[head..head + gt], value));
+        pos = body[value..]
+            .find(QWEN3_PARAMETER_END)
+            .map_or(body.len(), |end| value + end + QWEN3_PARAMETER_END.len());
+    }
+    let (open, raw, value) = last?;
+    let closing = &QWEN3_CLOSE[..QWEN3_CLOSE.len() - 1];
+    if value != body.len() || !raw.ends_with(closing) {
+        return None;
+    }
+    let key = strip_quotes(raw.trim());
+    Some((open, (!key.is_empty()).then_some(key)))
+}
 
 /// A name between matching quotes loses them (Dynamo's XML parsers).
 fn strip_quotes(name: &str) -> &str {

@@ -972,6 +972,8 @@ impl ResponseState {
         let (Some(base), Some(guided)) = (choice.next_named, choice.guided.as_mut()) else {
             return self.emit_jailed(slot, tokens, finish, ending, answered, out);
         };
+        // The output ended in a step that brings no text after an object opened.
+        let ends_bare = ending && self.delta.content.is_empty();
         guided.feed(&std::mem::take(&mut self.delta.content));
         if required_opener && opens_no_json(guided.text()) {
             // Not JSON after all (a pythonic `[f(…)]`): Dynamo's guided scan reads
@@ -1036,6 +1038,20 @@ impl ResponseState {
         };
         let (tail, taken) = guided.tail(at);
         let tail = tail.to_owned();
+        if self.plan.stream && (opening || ends_bare) && ending && openers == "{" && tail.is_empty()
+        {
+            // An object the output's last frame opened and closed goes out as the
+            // jail's end-of-output release does: after a bare finish chunk when a
+            // usage chunk is to come, the call carrying the finish reason
+            // (live-checked, hermes: `{A}}` + `x` + `{}` under a named choice).
+            choice.next_named = None;
+            choice.calls_released = base + 1;
+            choice.guided_end_calls = Some(std::mem::take(&mut self.delta.calls));
+            if self.plan.include_usage {
+                self.write_bare_finish(slot, out);
+            }
+            return self.emit_guided(slot, tokens, finish, ending, answered, out);
+        }
         let json = &guided.text()[..at];
         if required_opener
             && !guided.released_any()
@@ -1058,6 +1074,20 @@ impl ResponseState {
         choice.calls_released = base + if openers == "{" { 1 } else { taken };
         self.emit_guided(slot, tokens, None, false, answered, out);
         self.emit_tail_after_guided(slot, tail, finish, ending, out)
+    }
+
+    /// A chunk that says only the finish reason `tool_calls`.
+    fn write_bare_finish(&mut self, slot: usize, out: &mut Vec<u8>) {
+        let choice = &mut self.choices[slot];
+        let delta = ChatDelta {
+            role: std::mem::take(&mut choice.first),
+            ..ChatDelta::default()
+        };
+        let index = choice.index;
+        let env = self.envelope();
+        sse::begin_event(out);
+        chunks::write_chat_chunk(out, &env, index, &delta, Some("tool_calls"), None, None);
+        sse::end_event(out);
     }
 
     /// A closed guided list with no call in it, streamed as a content chunk of its own.
@@ -1523,9 +1553,14 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
             )
             .calls
         } else {
-            answer.find(['{', '[']).map_or_else(Vec::new, |at| {
-                hermes_whole::parse_whole(&answer[at..], Repair::Never).calls
-            })
+            // A marker in that text makes it no JSON (live-checked: `ok [ <tool_call>{A}`
+            // streams as text).
+            answer
+                .find(['{', '['])
+                .filter(|&at| !answer[at..].contains("<tool_call>"))
+                .map_or_else(Vec::new, |at| {
+                    hermes_whole::parse_whole(&answer[at..], Repair::Never).calls
+                })
         }),
         _ => None,
     };

@@ -95,9 +95,20 @@ pub fn parse_whole(text: &str, repair: Repair) -> WholeParse {
 /// closed, the text before the marker counting (a `"` there opens a string), then
 /// read with no repair (live-checked: `hi <tool_call>{"name":"x` and
 /// `"" <tool_call>{"name":"x` are the call `x`; `"<tool_call>{"name":"x`, with or
-/// without a closing `"`, stays text).
+/// without a closing `"`, stays text). Brackets before the marker are not closed
+/// (live-checked: `ok [ <tool_call>{"name":"x` is the call `x`, content `ok [`).
 pub fn parse_closed_whole(text: &str) -> WholeParse {
-    parse_whole(&closed(text.trim()), Repair::Never)
+    let text = text.trim();
+    let (before, from_marker) = text.split_at(text.find(START).unwrap_or(0));
+    let quoted = closed(before)[before.len()..]
+        .trim_start_matches('\\')
+        .starts_with('"');
+    let text = if quoted {
+        closed(text)
+    } else {
+        format!("{before}{}", closed(from_marker))
+    };
+    parse_whole(&text, Repair::Never)
 }
 
 /// Whether the text's only closed block is empty: Dynamo's parse then says nothing,
@@ -166,6 +177,9 @@ mod tests {
         assert_eq!(closed_whole(r#"hi <tool_call>{"name":"x"#), one("x", "{}"));
         assert!(closed_whole(r#""<tool_call>{"name":"x"#).is_empty());
         assert!(closed_whole(r#""<tool_call>{"name":"x""#).is_empty());
+        let parse = parse_closed_whole(r#"ok [ <tool_call>{"name":"x","arguments":{"a":"b"#);
+        assert_eq!(parse.calls, one("x", r#"{"a":"b"}"#));
+        assert_eq!(parse.content, "ok [");
         // Live-checked: the whole text is read when no JSON follows the marker.
         let parse = parse_whole(r#"{"name":"a<tool_call>x"#, Repair::Unclosed);
         assert_eq!(parse.calls, one("a<tool_call>x", "{}"));
