@@ -226,19 +226,6 @@ impl ResponseState {
                 self.emit(slot, 0, None, true, out);
             }
         }
-        if !self.plan.stream {
-            // Dynamo's unary answer drops the last call when its arguments are not
-            // JSON and the output was cut by length (taken as cut off; the stream
-            // keeps it; live-checked with kimi_k2 and harmony: only the last one,
-            // a non-JSON call before it stays).
-            for choice in &mut self.choices {
-                if choice.finish_reason == Some("length")
-                    && choice.calls.last().is_some_and(|c| !is_valid(&c.arguments))
-                {
-                    choice.calls.pop();
-                }
-            }
-        }
         self.usage.reasoning_tokens = self.reasoning_tokens();
         if self.plan.batch_part.is_some() {
             return; // the batch writes the usage, [DONE], or the merged body
@@ -275,6 +262,7 @@ impl ResponseState {
                             | "hermes"
                             | "deepseek_v3_1"
                             | "llama3_json"
+                            | "kimi_k2"
                     )
                 })
         }) {
@@ -288,6 +276,7 @@ impl ResponseState {
             let jail = family_jail(spec);
             let default = spec.tool_call.is_some_and(|f| f.name() == "default");
             let hermes = spec.tool_call.is_some_and(|f| f.name() == "hermes");
+            let kimi = spec.tool_call.is_some_and(|f| f.name() == "kimi_k2");
             for choice in &mut self.choices {
                 if !choice.calls.is_empty() {
                     continue;
@@ -313,6 +302,42 @@ impl ResponseState {
                         answer_with_calls(choice, parse.content, parse.calls);
                         continue;
                     }
+                }
+                if kimi {
+                    // Its kimi_k2 parse of the answer: calls found replace the text
+                    // (ids as written); without any, an answer cut by length is cut
+                    // at its first start marker outside a quoted span (live-checked,
+                    // seed 20261216 #3449: a length cut that went back to reasoning
+                    // inside the arguments streams the held `<|tool_call_begin|>…`
+                    // as content, the unary content is null).
+                    let Some(parsed) = jail.reread(&choice.content) else {
+                        continue;
+                    };
+                    if !parsed.calls.is_empty() {
+                        choice.content = parsed.content;
+                        choice.calls = parsed
+                            .calls
+                            .into_iter()
+                            .map(|c| WholeCall {
+                                id: c.id,
+                                name: c.name,
+                                arguments: c.arguments,
+                            })
+                            .collect();
+                        if choice.finish_reason == Some("stop") {
+                            choice.finish_reason = Some("tool_calls");
+                        }
+                    } else if choice.finish_reason == Some("length") {
+                        let cut = jail
+                            .start_markers()
+                            .iter()
+                            .filter_map(|m| unquoted_marker_at(&choice.content, m))
+                            .min();
+                        if let Some(at) = cut {
+                            choice.content.truncate(at);
+                        }
+                    }
+                    continue;
                 }
                 if choice.finish_reason != Some("length") {
                     // qwen3_coder's own reading at the end finds calls the stream
@@ -361,6 +386,20 @@ impl ResponseState {
                             arguments: c.arguments,
                         })
                         .collect();
+                }
+            }
+        }
+        if !self.plan.stream {
+            // Dynamo's unary answer drops the last call when its arguments are not
+            // JSON and the output was cut by length (taken as cut off; the stream
+            // keeps it; live-checked with kimi_k2 and harmony: only the last one,
+            // a non-JSON call before it stays). It does so after its re-read, which
+            // skips an answer whose stream made calls, even ones dropped here.
+            for choice in &mut self.choices {
+                if choice.finish_reason == Some("length")
+                    && choice.calls.last().is_some_and(|c| !is_valid(&c.arguments))
+                {
+                    choice.calls.pop();
                 }
             }
         }
