@@ -252,7 +252,8 @@ impl ResponseState {
             !self.plan.stream
                 && spec.reference_streaming
                 && self.plan.surface == Surface::Chat
-                && !self.plan.tool_choice.forces_calls()
+                && (!self.plan.tool_choice.forces_calls()
+                    || spec.tool_call.is_some_and(|f| f.name() == "kimi_k2"))
                 && spec.tool_call.is_some_and(|f| {
                     matches!(
                         f.name(),
@@ -267,7 +268,8 @@ impl ResponseState {
                 })
         }) {
             // Dynamo's unary aggregator reads a qwen3_coder, `default`, mistral,
-            // hermes, deepseek_v3_1 or llama3_json answer without calls again (cut
+            // hermes, deepseek_v3_1, llama3_json or kimi_k2 (forced choice too: it
+            // installs no guided JSON for kimi) answer without calls again (cut
             // by length: when it holds a start marker; the jail let it out as text;
             // live-checked: `fine<tool_call> ` says `fine`, `hi <|python_tag|>{"a"`
             // says `hi `, `x<｜tool▁calls▁begin｜>\n` says `x`, llama3_json's
@@ -1710,10 +1712,13 @@ fn reread_unary(
             )
         }
         "deepseek_v3_1" => {
-            let before = answer
+            // Its parser reads the answer trimmed (live-checked, seed 20261217
+            // #2963: `\n\n` before the section says no content).
+            let trimmed = answer.trim();
+            let before = trimmed
                 .find(DSV31_SECTION)
-                .or_else(|| answer.find(dsv31_whole::BARE_CALL))
-                .map_or(answer, |at| &answer[..at]);
+                .or_else(|| trimmed.find(dsv31_whole::BARE_CALL))
+                .map_or(trimmed, |at| &trimmed[..at]);
             (
                 dsv31_whole::parse_whole(answer, true).calls,
                 before.to_owned(),
