@@ -1930,7 +1930,11 @@ fn held_answer_end(
         // second one saying nothing).
         Some("deepseek_v3_1") => {
             let json = trailing_json_calls(text).is_some_and(|calls| !calls.is_empty());
-            return Some(json || !dsv31_whole::parse_whole(text, false).calls.is_empty());
+            // A named choice counts only its tool's section calls (live-checked,
+            // seed 20261217 #4093: a `launch_rocket` section in a named
+            // `get_weather` object's text ends with a bare finish chunk).
+            let section = dsv31_whole::parse_whole(text, false).calls;
+            return Some(json || section.iter().any(|(name, _)| named.map_or(true, |n| n == name)));
         }
         Some("hermes") => return Some(guided.is_one_bare_call()),
         Some("qwen3_coder") => {
