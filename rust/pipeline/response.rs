@@ -1934,7 +1934,11 @@ fn held_answer_end(
             // seed 20261217 #4093: a `launch_rocket` section in a named
             // `get_weather` object's text ends with a bare finish chunk).
             let section = dsv31_whole::parse_whole(text, false).calls;
-            return Some(json || section.iter().any(|(name, _)| named.map_or(true, |n| n == name)));
+            return Some(
+                json || section
+                    .iter()
+                    .any(|(name, _)| named.map_or(true, |n| n == name)),
+            );
         }
         Some("hermes") => return Some(guided.is_one_bare_call()),
         Some("qwen3_coder") => {
