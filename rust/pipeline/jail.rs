@@ -861,6 +861,10 @@ impl ToolJail {
     /// says `fine`, `ok <tool_call><function=f>` says `ok `).
     pub fn reread(&self, text: &str) -> Option<Parsed> {
         let at = self.rules.first_start(text)?;
+        if self.rules.kimi_whole {
+            // kimi_k2's parse, its content as a release with calls says it.
+            return Some(self.parse_kimi(text));
+        }
         if self.rules.mistral {
             // mistral's end-of-output parse says the text before the marker,
             // trailing space kept (live-checked: `ok [TOx[TOOL_CALLS]f[ARGS]{}`

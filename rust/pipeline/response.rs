@@ -226,19 +226,6 @@ impl ResponseState {
                 self.emit(slot, 0, None, true, out);
             }
         }
-        if !self.plan.stream {
-            // Dynamo's unary answer drops the last call when its arguments are not
-            // JSON and the output was cut by length (taken as cut off; the stream
-            // keeps it; live-checked with kimi_k2 and harmony: only the last one,
-            // a non-JSON call before it stays).
-            for choice in &mut self.choices {
-                if choice.finish_reason == Some("length")
-                    && choice.calls.last().is_some_and(|c| !is_valid(&c.arguments))
-                {
-                    choice.calls.pop();
-                }
-            }
-        }
         self.usage.reasoning_tokens = self.reasoning_tokens();
         if self.plan.batch_part.is_some() {
             return; // the batch writes the usage, [DONE], or the merged body
@@ -265,7 +252,8 @@ impl ResponseState {
             !self.plan.stream
                 && spec.reference_streaming
                 && self.plan.surface == Surface::Chat
-                && !self.plan.tool_choice.forces_calls()
+                && (!self.plan.tool_choice.forces_calls()
+                    || spec.tool_call.is_some_and(|f| f.name() == "kimi_k2"))
                 && spec.tool_call.is_some_and(|f| {
                     matches!(
                         f.name(),
@@ -275,11 +263,13 @@ impl ResponseState {
                             | "hermes"
                             | "deepseek_v3_1"
                             | "llama3_json"
+                            | "kimi_k2"
                     )
                 })
         }) {
             // Dynamo's unary aggregator reads a qwen3_coder, `default`, mistral,
-            // hermes, deepseek_v3_1 or llama3_json answer without calls again (cut
+            // hermes, deepseek_v3_1, llama3_json or kimi_k2 (forced choice too: it
+            // installs no guided JSON for kimi) answer without calls again (cut
             // by length: when it holds a start marker; the jail let it out as text;
             // live-checked: `fine<tool_call> ` says `fine`, `hi <|python_tag|>{"a"`
             // says `hi `, `x<｜tool▁calls▁begin｜>\n` says `x`, llama3_json's
@@ -288,6 +278,7 @@ impl ResponseState {
             let jail = family_jail(spec);
             let default = spec.tool_call.is_some_and(|f| f.name() == "default");
             let hermes = spec.tool_call.is_some_and(|f| f.name() == "hermes");
+            let kimi = spec.tool_call.is_some_and(|f| f.name() == "kimi_k2");
             for choice in &mut self.choices {
                 if !choice.calls.is_empty() {
                     continue;
@@ -313,6 +304,42 @@ impl ResponseState {
                         answer_with_calls(choice, parse.content, parse.calls);
                         continue;
                     }
+                }
+                if kimi {
+                    // Its kimi_k2 parse of the answer: calls found replace the text
+                    // (ids as written); without any, an answer cut by length is cut
+                    // at its first start marker outside a quoted span (live-checked,
+                    // seed 20261216 #3449: a length cut that went back to reasoning
+                    // inside the arguments streams the held `<|tool_call_begin|>…`
+                    // as content, the unary content is null).
+                    let Some(parsed) = jail.reread(&choice.content) else {
+                        continue;
+                    };
+                    if !parsed.calls.is_empty() {
+                        choice.content = parsed.content;
+                        choice.calls = parsed
+                            .calls
+                            .into_iter()
+                            .map(|c| WholeCall {
+                                id: c.id,
+                                name: c.name,
+                                arguments: c.arguments,
+                            })
+                            .collect();
+                        if choice.finish_reason == Some("stop") {
+                            choice.finish_reason = Some("tool_calls");
+                        }
+                    } else if choice.finish_reason == Some("length") {
+                        let cut = jail
+                            .start_markers()
+                            .iter()
+                            .filter_map(|m| unquoted_marker_at(&choice.content, m))
+                            .min();
+                        if let Some(at) = cut {
+                            choice.content.truncate(at);
+                        }
+                    }
+                    continue;
                 }
                 if choice.finish_reason != Some("length") {
                     // qwen3_coder's own reading at the end finds calls the stream
@@ -361,6 +388,20 @@ impl ResponseState {
                             arguments: c.arguments,
                         })
                         .collect();
+                }
+            }
+        }
+        if !self.plan.stream {
+            // Dynamo's unary answer drops the last call when its arguments are not
+            // JSON and the output was cut by length (taken as cut off; the stream
+            // keeps it; live-checked with kimi_k2 and harmony: only the last one,
+            // a non-JSON call before it stays). It does so after its re-read, which
+            // skips an answer whose stream made calls, even ones dropped here.
+            for choice in &mut self.choices {
+                if choice.finish_reason == Some("length")
+                    && choice.calls.last().is_some_and(|c| !is_valid(&c.arguments))
+                {
+                    choice.calls.pop();
                 }
             }
         }
@@ -1723,10 +1764,13 @@ fn reread_unary(
             )
         }
         "deepseek_v3_1" => {
-            let before = answer
+            // Its parser reads the answer trimmed (live-checked, seed 20261217
+            // #2963: `\n\n` before the section says no content).
+            let trimmed = answer.trim();
+            let before = trimmed
                 .find(DSV31_SECTION)
-                .or_else(|| answer.find(dsv31_whole::BARE_CALL))
-                .map_or(answer, |at| &answer[..at]);
+                .or_else(|| trimmed.find(dsv31_whole::BARE_CALL))
+                .map_or(trimmed, |at| &trimmed[..at]);
             (
                 dsv31_whole::parse_whole(answer, true).calls,
                 before.to_owned(),
@@ -1938,7 +1982,15 @@ fn held_answer_end(
         // second one saying nothing).
         Some("deepseek_v3_1") => {
             let json = trailing_json_calls(text).is_some_and(|calls| !calls.is_empty());
-            return Some(json || !dsv31_whole::parse_whole(text, false).calls.is_empty());
+            // A named choice counts only its tool's section calls (live-checked,
+            // seed 20261217 #4093: a `launch_rocket` section in a named
+            // `get_weather` object's text ends with a bare finish chunk).
+            let section = dsv31_whole::parse_whole(text, false).calls;
+            return Some(
+                json || section
+                    .iter()
+                    .any(|(name, _)| named.map_or(true, |n| n == name)),
+            );
         }
         Some("hermes") => return Some(guided.is_one_bare_call()),
         Some("qwen3_coder") => {
