@@ -624,12 +624,7 @@ impl ToolJail {
                 self.default_completion()
             };
             if let Some((end, parsed)) = completion {
-                let held = std::mem::take(&mut self.held);
-                self.jailed = false;
-                out.parsed.push(parsed);
-                if end < held.len() {
-                    self.feed_free(&held[end..], out, true);
-                }
+                self.end_at(end, parsed, out);
             }
             return;
         }
@@ -648,12 +643,7 @@ impl ToolJail {
                 let Some((end, parsed)) = self.qwen3_completion(marker_end) else {
                     return;
                 };
-                let held = std::mem::take(&mut self.held);
-                self.jailed = false;
-                out.parsed.push(parsed);
-                if end < held.len() {
-                    self.feed_free(&held[end..], out, true);
-                }
+                self.end_at(end, parsed, out);
                 return;
             }
             Some(end) => end,
@@ -665,9 +655,15 @@ impl ToolJail {
             }
             None => return,
         };
-        let held = std::mem::take(&mut self.held);
-        self.jailed = false;
-        out.parsed.push(self.parse(&held[..end]));
+        let parsed = self.parse(&self.held[..end]);
+        self.end_at(end, parsed, out);
+    }
+
+    /// Ends the jail at `end` of the held text with its parse; what follows is
+    /// free text again.
+    fn end_at(&mut self, end: usize, parsed: Parsed, out: &mut Released) {
+        let held = self.take_held();
+        out.parsed.push(parsed);
         if end < held.len() {
             self.feed_free(&held[end..], out, true);
         }

@@ -316,28 +316,9 @@ impl ResponseState {
                         continue;
                     };
                     if !parsed.calls.is_empty() {
-                        choice.content = parsed.content;
-                        choice.calls = parsed
-                            .calls
-                            .into_iter()
-                            .map(|c| WholeCall {
-                                id: c.id,
-                                name: c.name,
-                                arguments: c.arguments,
-                            })
-                            .collect();
-                        if choice.finish_reason == Some("stop") {
-                            choice.finish_reason = Some("tool_calls");
-                        }
+                        answer_with_parsed(choice, parsed);
                     } else if choice.finish_reason == Some("length") {
-                        let cut = jail
-                            .start_markers()
-                            .iter()
-                            .filter_map(|m| unquoted_marker_at(&choice.content, m))
-                            .min();
-                        if let Some(at) = cut {
-                            choice.content.truncate(at);
-                        }
+                        cut_at_first_marker(choice, &jail);
                     }
                     continue;
                 }
@@ -368,26 +349,10 @@ impl ResponseState {
                         // Without calls it cuts the text at the first start marker
                         // outside a quoted span, else keeps it whole (live-checked:
                         // `{"a<TOOLCALL>[{"name": "y` says all of it).
-                        let cut = jail
-                            .start_markers()
-                            .iter()
-                            .filter_map(|m| unquoted_marker_at(&choice.content, m))
-                            .min();
-                        if let Some(at) = cut {
-                            choice.content.truncate(at);
-                        }
+                        cut_at_first_marker(choice, &jail);
                         continue;
                     }
-                    choice.content = parsed.content;
-                    choice.calls = parsed
-                        .calls
-                        .into_iter()
-                        .map(|c| WholeCall {
-                            id: c.id,
-                            name: c.name,
-                            arguments: c.arguments,
-                        })
-                        .collect();
+                    answer_with_parsed(choice, parsed);
                 }
             }
         }
@@ -2093,7 +2058,36 @@ fn answer_with_calls(choice: &mut Choice, content: String, calls: Vec<(String, S
     }
 }
 
-/// Whether `json` is a list with something in it (`[1]`, not `[]`).
+/// The answer as the family's whole re-read gives it: its calls with the ids it
+/// wrote, the finish reason `tool_calls` where the model stopped.
+fn answer_with_parsed(choice: &mut Choice, parsed: Parsed) {
+    choice.content = parsed.content;
+    choice.calls = parsed
+        .calls
+        .into_iter()
+        .map(|c| WholeCall {
+            id: c.id,
+            name: c.name,
+            arguments: c.arguments,
+        })
+        .collect();
+    if choice.finish_reason == Some("stop") {
+        choice.finish_reason = Some("tool_calls");
+    }
+}
+
+/// Cuts the answer at the family's first start marker outside a quoted span.
+fn cut_at_first_marker(choice: &mut Choice, jail: &ToolJail) {
+    let cut = jail
+        .start_markers()
+        .iter()
+        .filter_map(|m| unquoted_marker_at(&choice.content, m))
+        .min();
+    if let Some(at) = cut {
+        choice.content.truncate(at);
+    }
+}
+
 /// Whether `text`, opening with `{` or `[`, goes on with what no JSON value can
 /// (`[get_time(`, `{x`); `false` while it cannot tell yet.
 fn opens_no_json(text: &str) -> bool {
