@@ -570,9 +570,19 @@ impl ToolJail {
                 return Some(calls_or_text(calls, held));
             }
         }
+        if self.to_end && self.rules.dsv31_whole {
+            // After guided JSON, Dynamo's forced-choice finalize reads deepseek_v3_1's
+            // held text as bare JSON first, then by the family's mid-stream parse, a
+            // section counting closed only (live-checked: a section whose second call
+            // is cut at `<｜` goes out as text, its whole first call with it).
+            let calls = default_whole::bare_calls(&held);
+            if !calls.is_empty() {
+                return Some(calls_or_text(calls, held));
+            }
+        }
         // After guided JSON, Dynamo's forced-choice finalize reads hermes' held text
         // without closing cut JSON (live-checked: `}{"name":"` stays text).
-        let reading = if self.to_end && self.rules.hermes_whole {
+        let reading = if self.to_end && (self.rules.hermes_whole || self.rules.dsv31_whole) {
             Reading::Streaming
         } else {
             Reading::End
