@@ -2057,9 +2057,16 @@ fn pythonic_held_calls(answer: &str) -> Vec<(String, String)> {
 /// `[TOOL_CALLS]` that opens with `[`/`{` read to its last `]`/`}`, arguments
 /// as written; without the marker, its basic JSON parse, cut JSON not closed.
 fn mistral_held_calls(answer: &str) -> Vec<(String, String)> {
-    basic_whole::paired_as_written(answer)
+    let calls = basic_whole::paired_as_written(answer)
         .or_else(|| basic_whole::marked_as_written(answer, "[TOOL_CALLS]"))
-        .unwrap_or_else(|| basic_whole::parse_whole(answer, "[TOOL_CALLS]", false).calls)
+        .unwrap_or_else(|| basic_whole::parse_whole(answer, "[TOOL_CALLS]", false).calls);
+    if calls.is_empty() && answer.contains("[/TOOL_CALLS]") && !answer.contains("[TOOL_CALLS]") {
+        // A bare end marker: its parse strips it and reads the JSON again (seed
+        // 20261227 #4847: `{A}[/TOOL_CALLS]` under `required` is A, so the last
+        // chunk says `"content":""`).
+        return basic_whole::parse_mistral(answer, false).0;
+    }
+    calls
 }
 
 /// A unary answer read again whole: its content and calls (new ids); a model
