@@ -654,6 +654,16 @@ mod tests {
     }
 
     #[test]
+    fn only_steps_with_text_count_as_read() {
+        let mut calls = GuidedCalls::new(Some("f".into()));
+        calls.feed("{");
+        calls.feed("");
+        assert!(calls.one_step());
+        calls.feed("\"a\"");
+        assert!(!calls.one_step());
+    }
+
+    #[test]
     fn the_guided_value_ends_where_it_closes_as_json() {
         let mut named = GuidedCalls::new(Some("f".into()));
         named.feed(r#" {"a": 1} hi"#);
