@@ -338,6 +338,8 @@ pub struct GuidedCalls {
     /// Read again from text the jail held after the guided value (mistral's
     /// `[TOOL_CALLS][…]`): it never closes, all of it is held to the end.
     open_ended: bool,
+    /// How many steps brought text.
+    steps: usize,
 }
 
 impl GuidedCalls {
@@ -349,6 +351,7 @@ impl GuidedCalls {
             shape: Shape::Undecided,
             sent: Vec::new(),
             open_ended: false,
+            steps: 0,
         }
     }
 
@@ -372,6 +375,7 @@ impl GuidedCalls {
 
     /// Take one step of answer text; returns the shape the answer has now.
     pub fn feed(&mut self, piece: &str) -> Shape {
+        self.steps += usize::from(!piece.is_empty());
         self.text.push_str(piece);
         if self.shape == Shape::Undecided {
             let named = self.named.is_some();
@@ -386,6 +390,12 @@ impl GuidedCalls {
             self.scan.advance(&self.text);
         }
         self.shape
+    }
+
+    /// Whether only one step brought text so far: Dynamo's jail opened on it and
+    /// its guided scan, which reads only the steps after that one, read nothing.
+    pub fn one_step(&self) -> bool {
+        self.steps <= 1
     }
 
     /// All the text taken so far (what goes out when the answer is not the JSON).
@@ -641,6 +651,16 @@ mod tests {
         let mut reopened = GuidedCalls::open_ended();
         reopened.feed(r#"[{"name":"b","arguments":{}}] tail"#);
         assert_eq!(reopened.closed_at(), None);
+    }
+
+    #[test]
+    fn only_steps_with_text_count_as_read() {
+        let mut calls = GuidedCalls::new(Some("f".into()));
+        calls.feed("{");
+        calls.feed("");
+        assert!(calls.one_step());
+        calls.feed("\"a\"");
+        assert!(!calls.one_step());
     }
 
     #[test]

@@ -226,7 +226,14 @@ impl JailRules {
     /// Whether a piece around a start marker reads as JSON (see `first_value_pieces`).
     fn piece_reads(&self, piece: &str) -> bool {
         if self.first_value_pieces {
-            default_whole::piece_value(piece).is_some()
+            // A piece opening with `[` reads only when, cut at its last `]`, it is
+            // one list with elements (live-checked, seed 20261219 #1429:
+            // `[{A}]]weather()\n<|python_tag|>{"name":"g","paramete` is dropped).
+            match cut_json_piece(piece).filter(|cut| cut.starts_with('[')) {
+                Some(list) => serde_json::from_str::<Vec<&RawValue>>(list)
+                    .is_ok_and(|items| !items.is_empty()),
+                None => default_whole::piece_value(piece).is_some(),
+            }
         } else {
             json_piece_parses(piece)
         }

@@ -992,7 +992,15 @@ impl ResponseState {
         // call and the text after it go with the next step's (live-checked: the
         // token `{}\n` then "```" stream the call, then "\n```" as one chunk).
         let closed = guided.closed_at().filter(|_| !opening || ending);
-        if self.plan.stream && !(opening && closed.is_none() && !ending) {
+        let named_next = openers == "{";
+        // A named choice's object left open at the end with no step of text after
+        // the one that opened it: the step that opens Dynamo's jail is never
+        // scanned, its end-of-output parse alone decides (seed 20261226 #2551: a
+        // lone `{`, then EOS, goes out as text).
+        let unread = ending && closed.is_none() && named_next && guided.one_step();
+        if unread {
+            // Nothing read: the end parse below decides.
+        } else if self.plan.stream && !(opening && closed.is_none() && !ending) {
             guided.fragments(&mut self.delta.calls);
         } else if ending || closed.is_some() {
             guided.whole(&mut self.delta.calls);
@@ -1004,16 +1012,20 @@ impl ResponseState {
         // A value rescanned under `required` that the output ends inside is held to
         // the end as a `[TOOL_CALLS]` list is (Dynamo's jail never saw it close;
         // live-checked: `[x` + `y` after a guided list goes out as written with the
-        // finish reason). A named choice's next object keeps its own end (seed
-        // 20261218 #3636: `{é<|python_tag|>{T};{W}` cut by length adds no call).
+        // finish reason). A named choice's next object that never closed is held
+        // to the end too (it is no JSON, `{'tz': 'CET'}`, or cut): the family's
+        // parse of all the text after it adds the named tool's calls at the next
+        // indexes, numbered on from the object's own, one at its index going on
+        // only with what it adds to the bytes streamed (seed 20261226 #534: a
+        // `<TOOLCALL>` list's second call; #20261218.3636: `{é<|python_tag|>{T};{W}`
+        // cut by length adds no call).
         let held_end = ending
             && guided.closed_at().is_none()
-            && self.plan.tool_choice == ToolChoiceMode::Required;
+            && (self.plan.tool_choice == ToolChoiceMode::Required || named_next);
+        let named = named_tool(&self.plan.tool_choice);
+        let spec = self.plan.parsers.as_ref();
         let mut end_calls = held_end
-            .then(|| {
-                let spec = self.plan.parsers.as_ref();
-                free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, None)
-            })
+            .then(|| free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, named))
             .flatten();
         for call in self
             .delta
@@ -1029,7 +1041,13 @@ impl ResponseState {
             // none: Dynamo's jail releases the held text as written with the
             // finish reason (live-checked, llama3_json: `[{A}]` + "```json\n"
             // + `{"city": …}\n```call` ends with that object and "```call").
-            self.delta.content = guided.take_text();
+            // A named choice's text whose calls are all other tools' says nothing.
+            let dropped = named.is_some()
+                && free_index_calls(spec, guided, &[], self.plan.stream, None).is_some();
+            let text = guided.take_text();
+            if !dropped {
+                self.delta.content = text;
+            }
         }
         if let Some(calls) = end_calls {
             if self.plan.stream {
@@ -1692,6 +1710,9 @@ fn reread_unary(
         // A `[TOOL_CALLS]…[/TOOL_CALLS]` pair without a call keeps the text
         // (live-checked: `[TOOL_CALLS][{A}][TOOL_CALLS]f[ARGS]{}[/TOOL_CALLS]`).
         "mistral" if basic_whole::paired_as_written(answer).is_some() => return None,
+        // Only once `[TOOL_CALLS]` stands outside a quoted span (live-checked, seed
+        // 20261226 #2810: `` `\t[TOOL_CALLS][{A}]```json…``` `` stays text).
+        "mistral" if unquoted_marker_at(answer, "[TOOL_CALLS]").is_none() => return None,
         "mistral" => {
             let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
             (parse.calls, parse.content.unwrap_or_default())
@@ -2036,9 +2057,16 @@ fn pythonic_held_calls(answer: &str) -> Vec<(String, String)> {
 /// `[TOOL_CALLS]` that opens with `[`/`{` read to its last `]`/`}`, arguments
 /// as written; without the marker, its basic JSON parse, cut JSON not closed.
 fn mistral_held_calls(answer: &str) -> Vec<(String, String)> {
-    basic_whole::paired_as_written(answer)
+    let calls = basic_whole::paired_as_written(answer)
         .or_else(|| basic_whole::marked_as_written(answer, "[TOOL_CALLS]"))
-        .unwrap_or_else(|| basic_whole::parse_whole(answer, "[TOOL_CALLS]", false).calls)
+        .unwrap_or_else(|| basic_whole::parse_whole(answer, "[TOOL_CALLS]", false).calls);
+    if calls.is_empty() && answer.contains("[/TOOL_CALLS]") && !answer.contains("[TOOL_CALLS]") {
+        // A bare end marker: its parse strips it and reads the JSON again (seed
+        // 20261227 #4847: `{A}[/TOOL_CALLS]` under `required` is A, so the last
+        // chunk says `"content":""`).
+        return basic_whole::parse_mistral(answer, false).0;
+    }
+    calls
 }
 
 /// A unary answer read again whole: its content and calls (new ids); a model
