@@ -677,11 +677,16 @@ impl ToolJail {
     /// `<function=f</function>x"</tool_call>y` holds, a call with nothing after it).
     fn qwen3_completion(&self, marker_end: usize) -> Option<(usize, Parsed)> {
         let parsed = self.parse(&self.held);
+        // A cut at the held text's end reads what the whole parse read.
+        let whole = |end: usize| end == self.held.len();
         if parsed.calls.is_empty() {
+            if whole(marker_end) {
+                return Some((marker_end, parsed));
+            }
             return Some((marker_end, self.parse(&self.held[..marker_end])));
         }
         let end = qwen3_end_position(&self.held);
-        if end == self.held.len() {
+        if whole(end) {
             return Some((end, parsed));
         }
         let again = self.parse(&self.held[..end]);
@@ -1180,12 +1185,11 @@ impl ToolJail {
             // `<parameter=city{"tz":"</tool_call>` is `{"city{\"tz\":\"</tool_call":""}`).
             let before = self.function_arguments(name, &body[..open])?;
             let Some(key) = key else { return Some(before) };
-            let entry = format!("{}:\"\"", serde_json::to_string(key).ok()?);
-            let arguments = match before.strip_suffix('}')? {
-                "{" => format!("{{{entry}}}"),
-                head => format!("{head},{entry}}}"),
-            };
-            return Some(last_value_per_key(&arguments).unwrap_or(arguments));
+            // The pairs read before it, then the key with its empty value (a key
+            // seen before keeps its place and takes that value).
+            let entries = serde_json::from_str::<Entries>(&before).ok()?.0;
+            let pairs = entries.iter().map(|(k, v)| (k.as_str(), v.get()));
+            return object_of(pairs.chain([(key, "\"\"")]));
         }
         if !body.contains("<parameter=") {
             return Some("{}".to_owned());
@@ -1558,15 +1562,25 @@ fn mistral_end_position(held: &str) -> Option<usize> {
 /// value (values as written); `None` when no key repeats or it is no object.
 pub fn last_value_per_key(arguments: &str) -> Option<String> {
     let entries = serde_json::from_str::<Entries>(arguments).ok()?.0;
-    let mut unique: Vec<(&str, &RawValue)> = Vec::with_capacity(entries.len());
-    for (key, value) in &entries {
-        match unique.iter_mut().find(|(k, _)| k == key) {
+    let repeats = entries
+        .iter()
+        .enumerate()
+        .any(|(i, (key, _))| entries[..i].iter().any(|(k, _)| k == key));
+    if !repeats {
+        return None;
+    }
+    object_of(entries.iter().map(|(k, v)| (k.as_str(), v.get())))
+}
+
+/// The compact JSON object of `pairs` (values as written), each key once, at its
+/// first place with its last value.
+fn object_of<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> Option<String> {
+    let mut unique: Vec<(&str, &str)> = Vec::new();
+    for (key, value) in pairs {
+        match unique.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,
             None => unique.push((key, value)),
         }
-    }
-    if unique.len() == entries.len() {
-        return None;
     }
     let mut out = String::from("{");
     for (i, (key, value)) in unique.iter().enumerate() {
@@ -1575,7 +1589,7 @@ pub fn last_value_per_key(arguments: &str) -> Option<String> {
         }
         out.push_str(&serde_json::to_string(key).ok()?);
         out.push(':');
-        out.push_str(value.get());
+        out.push_str(value);
     }
     out.push('}');
     Some(out)
@@ -1737,7 +1751,7 @@ impl BracketScan {
 
 #[cfg(test)]
 mod tests {
-    use super::{default_end_position, last_value_per_key, opening_value_closes};
+    use super::{default_end_position, last_value_per_key, object_of, opening_value_closes};
 
     #[test]
     fn an_opening_value_closes_on_its_brackets_outside_quotes() {
@@ -1776,6 +1790,11 @@ mod tests {
             Some(r#"{"a":[1, 2]}"#)
         );
         assert_eq!(last_value_per_key(r#"{"a":1,"b":2}"#), None);
+        let pairs = [("a", "1"), ("é\n", r#""x""#), ("a", r#""""#)];
+        assert_eq!(
+            object_of(pairs.into_iter()).as_deref(),
+            Some(r#"{"a":"","é\n":"x"}"#)
+        );
         assert_eq!(last_value_per_key("[1]"), None);
     }
 }

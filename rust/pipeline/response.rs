@@ -1009,12 +1009,14 @@ impl ResponseState {
         let held_end = ending
             && guided.closed_at().is_none()
             && self.plan.tool_choice == ToolChoiceMode::Required;
-        let mut end_calls = held_end
-            .then(|| {
-                let spec = self.plan.parsers.as_ref();
-                free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, None)
-            })
-            .flatten();
+        let named = named_tool(&self.plan.tool_choice);
+        let mut end_calls = (held_end
+            || (ending && guided.closed_at().is_none() && named.is_some()))
+        .then(|| {
+            let spec = self.plan.parsers.as_ref();
+            free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, named)
+        })
+        .flatten();
         for call in self
             .delta
             .calls
