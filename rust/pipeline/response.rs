@@ -1004,19 +1004,20 @@ impl ResponseState {
         // A value rescanned under `required` that the output ends inside is held to
         // the end as a `[TOOL_CALLS]` list is (Dynamo's jail never saw it close;
         // live-checked: `[x` + `y` after a guided list goes out as written with the
-        // finish reason). A named choice's next object keeps its own end (seed
+        // finish reason). A named choice's next object gets the same end parse, its
+        // tool's calls only, and is not held (seed 20261223 #1616, hermes: `{x}` +
+        // `{"name":"get_weather","parameters":{'c': 1}}` + two blocks of that tool
+        // adds the second at index 2, the finish chunk says `"content":""`; seed
         // 20261218 #3636: `{é<|python_tag|>{T};{W}` cut by length adds no call).
-        let held_end = ending
-            && guided.closed_at().is_none()
-            && self.plan.tool_choice == ToolChoiceMode::Required;
+        let unclosed = ending && guided.closed_at().is_none();
+        let held_end = unclosed && self.plan.tool_choice == ToolChoiceMode::Required;
         let named = named_tool(&self.plan.tool_choice);
-        let mut end_calls = (held_end
-            || (ending && guided.closed_at().is_none() && named.is_some()))
-        .then(|| {
-            let spec = self.plan.parsers.as_ref();
-            free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, named)
-        })
-        .flatten();
+        let mut end_calls = (held_end || (unclosed && named.is_some()))
+            .then(|| {
+                let spec = self.plan.parsers.as_ref();
+                free_index_calls(spec, guided, &self.delta.calls, self.plan.stream, named)
+            })
+            .flatten();
         for call in self
             .delta
             .calls
