@@ -1555,21 +1555,28 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         // its bare JSON reading: the text from the first `{`/`[` as written
         // (live-checked: `hi <tool_call>{A}` is A, `<tool_call>{"name":"f",
         // "arguments":{"a":1` stays text).
-        Some("hermes") => Some(if answer.contains("</tool_call>") {
-            hermes_whole::parse_whole(
-                closed_blocks(answer, "<tool_call>", "</tool_call>"),
-                Repair::Never,
-            )
-            .calls
-        } else {
-            // A marker in that text makes it no JSON (live-checked: `ok [ <tool_call>{A}`
-            // streams as text).
-            answer
-                .find(['{', '['])
-                .filter(|&at| !answer[at..].contains("<tool_call>"))
-                .map_or_else(Vec::new, |at| {
-                    hermes_whole::parse_whole(&answer[at..], Repair::Never).calls
-                })
+        // Blocks that give no call leave the bare reading too (seed 20261227 #1122:
+        // `<tool_call>{A}` whose `"</tool_call>"` stands in a string is A; with text
+        // after the JSON, or a `</tool_call>` after it, it stays text).
+        Some("hermes") => Some({
+            let blocks = answer.contains("</tool_call>").then(|| {
+                hermes_whole::parse_whole(
+                    closed_blocks(answer, "<tool_call>", "</tool_call>"),
+                    Repair::Never,
+                )
+                .calls
+            });
+            match blocks {
+                Some(calls) if !calls.is_empty() => calls,
+                // A marker in that text makes it no JSON (live-checked: `ok [
+                // <tool_call>{A}` streams as text).
+                _ => answer
+                    .find(['{', '['])
+                    .filter(|&at| !answer[at..].contains("<tool_call>"))
+                    .map_or_else(Vec::new, |at| {
+                        hermes_whole::parse_whole(&answer[at..], Repair::Never).calls
+                    }),
+            }
         }),
         _ => None,
     };
