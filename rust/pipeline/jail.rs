@@ -570,14 +570,27 @@ impl ToolJail {
                 return Some(calls_or_text(calls, held));
             }
         }
-        // After guided JSON, Dynamo's forced-choice finalize reads hermes' held text
-        // without closing cut JSON (live-checked: `}{"name":"` stays text).
-        let reading = if self.to_end && self.rules.hermes_whole {
-            Reading::Streaming
-        } else {
-            Reading::End
+        // Then qwen3_coder's closed blocks only give calls: the text after the last
+        // `</tool_call>` is not read, and without one the held text goes out as
+        // written (seed 20261228 #3215: `<tool_call>\n<function=get_weather>👋`, a
+        // function closed in a block that is not, or such a block after a closed
+        // one, after a named object or a `required` list).
+        let read = match held.rfind(QWEN3_CLOSE) {
+            _ if !self.to_end || self.rules.bare_opener.is_none() => held.len(),
+            Some(at) => at + QWEN3_CLOSE.len(),
+            None => return Some(calls_or_text(Vec::new(), held)),
         };
-        let mut parsed = self.parse_at(&held, reading);
+        // After guided JSON, Dynamo's forced-choice finalize reads hermes' held text
+        // without closing cut JSON (live-checked: `}{"name":"` stays text), and
+        // qwen3_coder's without its end-of-output reading (a bare function without
+        // both end tags is text: `<function=get_weather>👋` after a named object).
+        let reading =
+            if self.to_end && (self.rules.hermes_whole || self.rules.bare_opener.is_some()) {
+                Reading::Streaming
+            } else {
+                Reading::End
+            };
+        let mut parsed = self.parse_at(&held[..read], reading);
         if self.to_end && parsed.calls.is_empty() && self.rules.trigger == Trigger::Pythonic {
             // After guided JSON Dynamo reads held text as the forced choice's answer:
             // its basic JSON parse too (live-checked, pythonic: a JSON list of calls
