@@ -980,6 +980,7 @@ impl ResponseState {
         };
         // The output ended in a step that brings no text after an object opened.
         let ends_bare = ending && self.delta.content.is_empty();
+        let brings_text = !self.delta.content.is_empty();
         guided.feed(&std::mem::take(&mut self.delta.content));
         if required_opener && opens_no_json(guided.text()) {
             // Not JSON after all (a pythonic `[f(…)]`): Dynamo's guided scan reads
@@ -992,7 +993,11 @@ impl ResponseState {
         // call and the text after it go with the next step's (live-checked: the
         // token `{}\n` then "```" stream the call, then "\n```" as one chunk).
         let closed = guided.closed_at().filter(|_| !opening || ending);
-        if self.plan.stream && !(opening && closed.is_none() && !ending) {
+        // Nor does a step that brings no text (a stop string's held start) send the
+        // opening step's (seed 20261229 #2694: `}{` + `"` + `name` held by the stop
+        // `":{}}` streams `{"name`).
+        let waits = (opening || !brings_text) && closed.is_none() && !ending;
+        if self.plan.stream && !waits {
             guided.fragments(&mut self.delta.calls);
         } else if ending || closed.is_some() {
             guided.whole(&mut self.delta.calls);
