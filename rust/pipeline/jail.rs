@@ -603,6 +603,18 @@ impl ToolJail {
                 };
             }
         }
+        if self.to_end && parsed.calls.is_empty() && self.rules.hermes_whole {
+            // As in the held answer, blocks that give no call leave hermes' bare JSON
+            // reading (live-checked: `<tool_call>{A}` whose `"</tool_call>"` stands
+            // in a string is A after a named object).
+            let bare = held
+                .find(['{', '['])
+                .filter(|&at| !held[at..].contains("<tool_call>"));
+            if let Some(at) = bare {
+                let calls = hermes_whole::parse_whole(&held[at..], hermes_whole::Repair::Never);
+                parsed.calls = numbered(calls.calls);
+            }
+        }
         if self.to_end && !parsed.calls.is_empty() && self.rules.basic_marker.is_some() {
             // After guided JSON, held text with calls says only them (live-checked,
             // llama3_json: `[{A}][{B}]<|python_tag|>{C}` after a named object is C

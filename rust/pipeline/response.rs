@@ -1852,7 +1852,15 @@ fn free_index_calls(
 ) -> Option<Vec<CallDelta>> {
     let text = guided.text();
     let mut calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
-        Some("hermes") => numbered_calls(hermes_whole::parse_whole(text, Repair::Never).calls),
+        // Its closed blocks only (live-checked: `{"city":"x"} <tool_call>{A}` under
+        // `required` adds no call).
+        Some("hermes") => numbered_calls(
+            hermes_whole::parse_whole(
+                closed_blocks(text, "<tool_call>", "</tool_call>"),
+                Repair::Never,
+            )
+            .calls,
+        ),
         Some("llama3_json") => {
             numbered_calls(basic_whole::parse_whole(text, "<|python_tag|>", false).calls)
         }
