@@ -902,8 +902,10 @@ impl ToolJail {
             });
         }
         // `default` reads as at the end of output (live-checked, seed 20261210
-        // #4980: `{A}; {B}<TOOLCALL>[{C}, {"n` cut by length is no call, `{A}; {B}`).
-        let reading = if self.rules.default_whole {
+        // #4980: `{A}; {B}<TOOLCALL>[{C}, {"n` cut by length is no call, `{A}; {B}`),
+        // and so does qwen3_coder (seed 20261232 #4075: a bare `<function=x>` before
+        // an open block is a call of its own beside the block's).
+        let reading = if self.rules.default_whole || self.rules.bare_opener.is_some() {
             Reading::End
         } else {
             Reading::Streaming
