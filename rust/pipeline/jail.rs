@@ -568,33 +568,42 @@ impl ToolJail {
                 .unwrap_or_else(|| basic_whole::parse_whole(&held, "[TOOL_CALLS]", false).calls);
             return Some(calls_or_text(calls, held));
         }
-        if self.to_end && self.rules.bare_opener.is_some() {
+        if self.to_end && (self.rules.bare_opener.is_some() || self.rules.dsv31_whole) {
             // After guided JSON, Dynamo's forced-choice finalize reads qwen3_coder's
-            // held text as bare JSON first (live-checked: two closed blocks and then
-            // `[{A}]` after a guided list is the call A).
+            // and deepseek_v3_1's held text as bare JSON first (live-checked: two
+            // closed blocks and then `[{A}]` after a guided list is the call A).
             let calls = default_whole::bare_calls(&held);
             if !calls.is_empty() {
                 return Some(calls_or_text(calls, held));
             }
         }
-        if self.to_end && self.rules.dsv31_whole {
-            // After guided JSON, Dynamo's forced-choice finalize reads deepseek_v3_1's
-            // held text as bare JSON first, then by the family's mid-stream parse, a
-            // section counting closed only (live-checked: a section whose second call
-            // is cut at `<｜` goes out as text, its whole first call with it).
-            let calls = default_whole::bare_calls(&held);
-            if !calls.is_empty() {
-                return Some(calls_or_text(calls, held));
-            }
-        }
+        // Then qwen3_coder's closed blocks only give calls: the text after the last
+        // `</tool_call>` is not read, and without one the held text goes out as
+        // written (seed 20261228 #3215: `<tool_call>\n<function=get_weather>👋`, a
+        // function closed in a block that is not, or such a block after a closed
+        // one, after a named object or a `required` list).
+        let read = match held.rfind(QWEN3_CLOSE) {
+            _ if !self.to_end || self.rules.bare_opener.is_none() => held.len(),
+            Some(at) => at + QWEN3_CLOSE.len(),
+            None => return Some(calls_or_text(Vec::new(), held)),
+        };
         // After guided JSON, Dynamo's forced-choice finalize reads hermes' held text
-        // without closing cut JSON (live-checked: `}{"name":"` stays text).
-        let reading = if self.to_end && (self.rules.hermes_whole || self.rules.dsv31_whole) {
+        // without closing cut JSON (live-checked: `}{"name":"` stays text),
+        // qwen3_coder's without its end-of-output reading (a bare function without
+        // both end tags is text: `<function=get_weather>👋` after a named object),
+        // and deepseek_v3_1's by its mid-stream parse, a section counting closed
+        // only (a section whose second call is cut at `<｜` goes out as text, its
+        // whole first call with it).
+        let reading = if self.to_end
+            && (self.rules.hermes_whole
+                || self.rules.bare_opener.is_some()
+                || self.rules.dsv31_whole)
+        {
             Reading::Streaming
         } else {
             Reading::End
         };
-        let mut parsed = self.parse_at(&held, reading);
+        let mut parsed = self.parse_at(&held[..read], reading);
         if self.to_end && parsed.calls.is_empty() && self.rules.trigger == Trigger::Pythonic {
             // After guided JSON Dynamo reads held text as the forced choice's answer:
             // its basic JSON parse too (live-checked, pythonic: a JSON list of calls
@@ -605,6 +614,18 @@ impl ToolJail {
                     calls: numbered(calls),
                     content: String::new(),
                 };
+            }
+        }
+        if self.to_end && parsed.calls.is_empty() && self.rules.hermes_whole {
+            // As in the held answer, blocks that give no call leave hermes' bare JSON
+            // reading (live-checked: `<tool_call>{A}` whose `"</tool_call>"` stands
+            // in a string is A after a named object).
+            let bare = held
+                .find(['{', '['])
+                .filter(|&at| !held[at..].contains("<tool_call>"));
+            if let Some(at) = bare {
+                let calls = hermes_whole::parse_whole(&held[at..], hermes_whole::Repair::Never);
+                parsed.calls = numbered(calls.calls);
             }
         }
         if self.to_end && !parsed.calls.is_empty() && self.rules.basic_marker.is_some() {
@@ -694,11 +715,16 @@ impl ToolJail {
     /// `<function=f</function>x"</tool_call>y` holds, a call with nothing after it).
     fn qwen3_completion(&self, marker_end: usize) -> Option<(usize, Parsed)> {
         let parsed = self.parse(&self.held);
+        // A cut at the held text's end reads what the whole parse read.
+        let whole = |end: usize| end == self.held.len();
         if parsed.calls.is_empty() {
+            if whole(marker_end) {
+                return Some((marker_end, parsed));
+            }
             return Some((marker_end, self.parse(&self.held[..marker_end])));
         }
         let end = qwen3_end_position(&self.held);
-        if end == self.held.len() {
+        if whole(end) {
             return Some((end, parsed));
         }
         let again = self.parse(&self.held[..end]);
@@ -889,8 +915,10 @@ impl ToolJail {
             });
         }
         // `default` reads as at the end of output (live-checked, seed 20261210
-        // #4980: `{A}; {B}<TOOLCALL>[{C}, {"n` cut by length is no call, `{A}; {B}`).
-        let reading = if self.rules.default_whole {
+        // #4980: `{A}; {B}<TOOLCALL>[{C}, {"n` cut by length is no call, `{A}; {B}`),
+        // and so does qwen3_coder (seed 20261232 #4075: a bare `<function=x>` before
+        // an open block is a call of its own beside the block's).
+        let reading = if self.rules.default_whole || self.rules.bare_opener.is_some() {
             Reading::End
         } else {
             Reading::Streaming
@@ -1197,12 +1225,11 @@ impl ToolJail {
             // `<parameter=city{"tz":"</tool_call>` is `{"city{\"tz\":\"</tool_call":""}`).
             let before = self.function_arguments(name, &body[..open])?;
             let Some(key) = key else { return Some(before) };
-            let entry = format!("{}:\"\"", serde_json::to_string(key).ok()?);
-            let arguments = match before.strip_suffix('}')? {
-                "{" => format!("{{{entry}}}"),
-                head => format!("{head},{entry}}}"),
-            };
-            return Some(last_value_per_key(&arguments).unwrap_or(arguments));
+            // The pairs read before it, then the key with its empty value (a key
+            // seen before keeps its place and takes that value).
+            let entries = serde_json::from_str::<Entries>(&before).ok()?.0;
+            let pairs = entries.iter().map(|(k, v)| (k.as_str(), v.get()));
+            return object_of(pairs.chain([(key, "\"\"")]));
         }
         if !body.contains("<parameter=") {
             return Some("{}".to_owned());
@@ -1575,15 +1602,25 @@ fn mistral_end_position(held: &str) -> Option<usize> {
 /// value (values as written); `None` when no key repeats or it is no object.
 pub fn last_value_per_key(arguments: &str) -> Option<String> {
     let entries = serde_json::from_str::<Entries>(arguments).ok()?.0;
-    let mut unique: Vec<(&str, &RawValue)> = Vec::with_capacity(entries.len());
-    for (key, value) in &entries {
-        match unique.iter_mut().find(|(k, _)| k == key) {
+    let repeats = entries
+        .iter()
+        .enumerate()
+        .any(|(i, (key, _))| entries[..i].iter().any(|(k, _)| k == key));
+    if !repeats {
+        return None;
+    }
+    object_of(entries.iter().map(|(k, v)| (k.as_str(), v.get())))
+}
+
+/// The compact JSON object of `pairs` (values as written), each key once, at its
+/// first place with its last value.
+fn object_of<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> Option<String> {
+    let mut unique: Vec<(&str, &str)> = Vec::new();
+    for (key, value) in pairs {
+        match unique.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,
             None => unique.push((key, value)),
         }
-    }
-    if unique.len() == entries.len() {
-        return None;
     }
     let mut out = String::from("{");
     for (i, (key, value)) in unique.iter().enumerate() {
@@ -1592,7 +1629,7 @@ pub fn last_value_per_key(arguments: &str) -> Option<String> {
         }
         out.push_str(&serde_json::to_string(key).ok()?);
         out.push(':');
-        out.push_str(value.get());
+        out.push_str(value);
     }
     out.push('}');
     Some(out)
@@ -1754,7 +1791,7 @@ impl BracketScan {
 
 #[cfg(test)]
 mod tests {
-    use super::{default_end_position, last_value_per_key, opening_value_closes};
+    use super::{default_end_position, last_value_per_key, object_of, opening_value_closes};
 
     #[test]
     fn an_opening_value_closes_on_its_brackets_outside_quotes() {
@@ -1793,6 +1830,11 @@ mod tests {
             Some(r#"{"a":[1, 2]}"#)
         );
         assert_eq!(last_value_per_key(r#"{"a":1,"b":2}"#), None);
+        let pairs = [("a", "1"), ("é\n", r#""x""#), ("a", r#""""#)];
+        assert_eq!(
+            object_of(pairs.into_iter()).as_deref(),
+            Some(r#"{"a":"","é\n":"x"}"#)
+        );
         assert_eq!(last_value_per_key("[1]"), None);
     }
 }

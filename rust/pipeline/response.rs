@@ -980,6 +980,7 @@ impl ResponseState {
         };
         // The output ended in a step that brings no text after an object opened.
         let ends_bare = ending && self.delta.content.is_empty();
+        let brings_text = !self.delta.content.is_empty();
         guided.feed(&std::mem::take(&mut self.delta.content));
         if required_opener && opens_no_json(guided.text()) {
             // Not JSON after all (a pythonic `[f(…)]`): Dynamo's guided scan reads
@@ -998,9 +999,13 @@ impl ResponseState {
         // scanned, its end-of-output parse alone decides (seed 20261226 #2551: a
         // lone `{`, then EOS, goes out as text).
         let unread = ending && closed.is_none() && named_next && guided.one_step();
+        // Nor does a step that brings no text (a stop string's held start) send the
+        // opening step's (seed 20261229 #2694: `}{` + `"` + `name` held by the stop
+        // `":{}}` streams `{"name`).
+        let waits = (opening || !brings_text) && closed.is_none() && !ending;
         if unread {
             // Nothing read: the end parse below decides.
-        } else if self.plan.stream && !(opening && closed.is_none() && !ending) {
+        } else if self.plan.stream && !waits {
             guided.fragments(&mut self.delta.calls);
         } else if ending || closed.is_some() {
             guided.whole(&mut self.delta.calls);
@@ -1016,8 +1021,11 @@ impl ResponseState {
         // to the end too (it is no JSON, `{'tz': 'CET'}`, or cut): the family's
         // parse of all the text after it adds the named tool's calls at the next
         // indexes, numbered on from the object's own, one at its index going on
-        // only with what it adds to the bytes streamed (seed 20261226 #534: a
-        // `<TOOLCALL>` list's second call; #20261218.3636: `{é<|python_tag|>{T};{W}`
+        // only with what it adds to the bytes streamed, and the finish chunk says
+        // `"content":""` once it finds the tool's call (seed 20261226 #534: a
+        // `<TOOLCALL>` list's second call; #20261223.1616, hermes: `{x}` +
+        // `{"name":"get_weather","parameters":{'c': 1}}` + two blocks of that tool
+        // adds the second at index 2; #20261218.3636: `{é<|python_tag|>{T};{W}`
         // cut by length adds no call).
         let held_end = ending
             && guided.closed_at().is_none()
@@ -1570,21 +1578,28 @@ fn held_answer_calls(spec: &ChatParserSpec, answer: &str) -> Vec<CallDelta> {
         // its bare JSON reading: the text from the first `{`/`[` as written
         // (live-checked: `hi <tool_call>{A}` is A, `<tool_call>{"name":"f",
         // "arguments":{"a":1` stays text).
-        Some("hermes") => Some(if answer.contains("</tool_call>") {
-            hermes_whole::parse_whole(
-                closed_blocks(answer, "<tool_call>", "</tool_call>"),
-                Repair::Never,
-            )
-            .calls
-        } else {
-            // A marker in that text makes it no JSON (live-checked: `ok [ <tool_call>{A}`
-            // streams as text).
-            answer
-                .find(['{', '['])
-                .filter(|&at| !answer[at..].contains("<tool_call>"))
-                .map_or_else(Vec::new, |at| {
-                    hermes_whole::parse_whole(&answer[at..], Repair::Never).calls
-                })
+        // Blocks that give no call leave the bare reading too (seed 20261227 #1122:
+        // `<tool_call>{A}` whose `"</tool_call>"` stands in a string is A; with text
+        // after the JSON, or a `</tool_call>` after it, it stays text).
+        Some("hermes") => Some({
+            let blocks = answer.contains("</tool_call>").then(|| {
+                hermes_whole::parse_whole(
+                    closed_blocks(answer, "<tool_call>", "</tool_call>"),
+                    Repair::Never,
+                )
+                .calls
+            });
+            match blocks {
+                Some(calls) if !calls.is_empty() => calls,
+                // A marker in that text makes it no JSON (live-checked: `ok [
+                // <tool_call>{A}` streams as text).
+                _ => answer
+                    .find(['{', '['])
+                    .filter(|&at| !answer[at..].contains("<tool_call>"))
+                    .map_or_else(Vec::new, |at| {
+                        hermes_whole::parse_whole(&answer[at..], Repair::Never).calls
+                    }),
+            }
         }),
         _ => None,
     };
@@ -1858,7 +1873,15 @@ fn free_index_calls(
 ) -> Option<Vec<CallDelta>> {
     let text = guided.text();
     let mut calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
-        Some("hermes") => numbered_calls(hermes_whole::parse_whole(text, Repair::Never).calls),
+        // Its closed blocks only (live-checked: `{"city":"x"} <tool_call>{A}` under
+        // `required` adds no call).
+        Some("hermes") => numbered_calls(
+            hermes_whole::parse_whole(
+                closed_blocks(text, "<tool_call>", "</tool_call>"),
+                Repair::Never,
+            )
+            .calls,
+        ),
         Some("llama3_json") => {
             numbered_calls(basic_whole::parse_whole(text, "<|python_tag|>", false).calls)
         }
