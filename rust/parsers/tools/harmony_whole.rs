@@ -22,6 +22,8 @@
 //!   is trimmed;
 //! - call arguments are compact JSON, or the trimmed text when it is not JSON.
 
+use std::sync::OnceLock;
+
 // The Harmony format's special tokens, for every harmony parser.
 pub(crate) const START: &str = "<|start|>";
 pub(crate) const CHANNEL: &str = "<|channel|>";
@@ -232,8 +234,9 @@ fn close_message(
     match (channel.as_deref(), recipient) {
         (Some("commentary"), Some(recipient)) => {
             let recipient = recipient.strip_prefix("to=").unwrap_or(&recipient);
+            // The name is all the recipient after `functions.`, dots and all
+            // (live-checked: `to=functions.a.b` names `a.b`).
             if let Some(name) = recipient.strip_prefix("functions.") {
-                let name = name.split('.').next().unwrap_or("");
                 if called && !name.is_empty() {
                     out.calls.push((name.to_owned(), arguments(&text)));
                 }
@@ -373,6 +376,15 @@ fn strip_payloads(text: &str) -> String {
     out
 }
 
+/// A recovered call's name: Dynamo's `[\w.\-]+`, whose `\w` is Unicode's word
+/// class (letters, marks, decimal digits, connector punctuation, joiners), not
+/// `char::is_alphanumeric` (live-checked: `to=functions.g½weather` names `g`,
+/// `to=functions.cafe\u{301}` names `cafe\u{301}`; seed 20261226 #2925).
+fn recovered_name() -> &'static fancy_regex::Regex {
+    static NAME: OnceLock<fancy_regex::Regex> = OnceLock::new();
+    NAME.get_or_init(|| fancy_regex::Regex::new(r"\A[\w.\-]+").expect("name pattern"))
+}
+
 /// The next call block at or after `from`: (start, name, arguments, end).
 fn next_call_block(text: &str, from: usize) -> Option<(usize, &str, &str, usize)> {
     const TO_FUNCTIONS: &str = " to=functions.";
@@ -392,13 +404,10 @@ fn next_call_block(text: &str, from: usize) -> Option<(usize, &str, &str, usize)
             continue;
         }
         let name_start = name_start + TO_FUNCTIONS.len();
-        let name_len = text[name_start..]
-            .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '-')))
-            .unwrap_or(text.len() - name_start);
-        if name_len == 0 {
+        let Some(name) = recovered_name().find(&text[name_start..]).ok().flatten() else {
             continue;
-        }
-        let name_end = name_start + name_len;
+        };
+        let name_end = name_start + name.end();
         let message = name_end + text[name_end..].find(MESSAGE)?;
         let args_start = message + MESSAGE.len();
         let call = args_start + text[args_start..].find(CALL)?;
@@ -502,6 +511,47 @@ mod tests {
             ),
             "analysis<|messag x"
         );
+    }
+
+    #[test]
+    fn call_names_follow_the_reading_that_found_them() {
+        let names = |text: &str| -> Vec<String> {
+            parse_whole(text)
+                .calls
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        // Read as messages: all of the recipient after `functions.`.
+        let read = |name: &str| {
+            format!("<|channel|>commentary to=functions.{name}<|message|>{{}}<|call|>")
+        };
+        assert_eq!(names(&read("a.b")), ["a.b"]);
+        assert_eq!(names(&read("g½weather")), ["g½weather"]);
+        // Recovered (a header inside a header fails the reading): Unicode's word
+        // class, `.` and `-` (live-checked, one probe each).
+        let recovered = |name: &str| {
+            format!(
+                "<|channel|>commentary to=functions.{name}<|start|>assistant<|channel|>commentary to=functions.f<|message|>{{}}<|call|>"
+            )
+        };
+        for (name, read_as) in [
+            ("g½weather", "g"),
+            ("a²b", "a"),
+            ("g👋x", "g"),
+            ("a—b", "a"),
+            ("g\u{a0}x", "g"),
+            ("cafe\u{301}x", "cafe\u{301}x"),
+            ("a\u{203f}b", "a\u{203f}b"),
+            ("a\u{200d}b", "a\u{200d}b"),
+            ("a\u{216b}b", "a\u{216b}b"),
+            ("Grüße日本語ß", "Grüße日本語ß"),
+            ("a.b-c_d", "a.b-c_d"),
+        ] {
+            assert_eq!(names(&recovered(name)), [read_as], "{name}");
+        }
+        // No name at all: the search goes on to the next block.
+        assert_eq!(names(&recovered("½x")), ["f"]);
     }
 
     #[test]
