@@ -1744,6 +1744,15 @@ fn reread_unary(
             let parse = default_whole::parse_whole(answer, Reading::End);
             (parse.calls, parse.content)
         }
+        // Only once `<tool_call>` or `<function=` stands outside a quoted span
+        // (live-checked: `` `<function=get_weather>…</function>` `` stays text).
+        "qwen3_coder"
+            if ["<tool_call>", "<function="]
+                .iter()
+                .all(|m| unquoted_marker_at(answer, m).is_none()) =>
+        {
+            return None
+        }
         "qwen3_coder" => {
             // Its own reading as at the end of output when the jail's finds no call
             // (live-checked: `<function=g><tool_call>` streams as text, is `g` here),
@@ -1764,6 +1773,9 @@ fn reread_unary(
                 parsed.content,
             )
         }
+        // Only once its section's start stands outside a quoted span (live-checked:
+        // `` `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>…<｜tool▁call▁end｜>` `` stays text).
+        "deepseek_v3_1" if unquoted_marker_at(answer, DSV31_SECTION).is_none() => return None,
         "deepseek_v3_1" => {
             // Its parser reads the answer trimmed (live-checked, seed 20261217
             // #2963: `\n\n` before the section says no content).
@@ -1874,14 +1886,16 @@ fn free_index_calls(
     let text = guided.text();
     let mut calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
         // Its closed blocks only (live-checked: `{"city":"x"} <tool_call>{A}` under
-        // `required` adds no call).
-        Some("hermes") => numbered_calls(
-            hermes_whole::parse_whole(
-                closed_blocks(text, "<tool_call>", "</tool_call>"),
-                Repair::Never,
-            )
-            .calls,
-        ),
+        // `required` adds no call). With none closed, the bare JSON reading is of the
+        // whole text, which the open block ends as no JSON (live-checked: `{A}` +
+        // `<tool_call>{B` cut there ends with a bare finish chunk).
+        Some("hermes") => {
+            let blocks = closed_blocks(text, "<tool_call>", "</tool_call>");
+            if blocks.len() < text.len() && !blocks.contains("</tool_call>") {
+                return None;
+            }
+            numbered_calls(hermes_whole::parse_whole(blocks, Repair::Never).calls)
+        }
         Some("llama3_json") => {
             numbered_calls(basic_whole::parse_whole(text, "<|python_tag|>", false).calls)
         }
