@@ -978,9 +978,9 @@ impl ResponseState {
         let (Some(base), Some(guided)) = (choice.next_named, choice.guided.as_mut()) else {
             return self.emit_jailed(slot, tokens, finish, ending, answered, out);
         };
-        // The output ended in a step that brings no text after an object opened.
-        let ends_bare = ending && self.delta.content.is_empty();
         let brings_text = !self.delta.content.is_empty();
+        // The output ended in a step that brings no text after an object opened.
+        let ends_bare = ending && !brings_text;
         guided.feed(&std::mem::take(&mut self.delta.content));
         if required_opener && opens_no_json(guided.text()) {
             // Not JSON after all (a pythonic `[f(…)]`): Dynamo's guided scan reads
@@ -1885,25 +1885,18 @@ fn free_index_calls(
 ) -> Option<Vec<CallDelta>> {
     let text = guided.text();
     let mut calls = match spec.and_then(|s| s.tool_call).map(|f| f.name()) {
-        // Its closed blocks only (live-checked: `{"city":"x"} <tool_call>{A}` under
-        // `required` adds no call). With none closed, the bare JSON reading is of the
-        // whole text, which the open block ends as no JSON (live-checked: `{A}` +
-        // `<tool_call>{B` cut there ends with a bare finish chunk).
-        Some("hermes") => {
-            let blocks = closed_blocks(text, "<tool_call>", "</tool_call>");
-            if blocks.len() < text.len() && !blocks.contains("</tool_call>") {
-                return None;
-            }
-            numbered_calls(hermes_whole::parse_whole(blocks, Repair::Never).calls)
-        }
         Some("llama3_json") => {
             numbered_calls(basic_whole::parse_whole(text, "<|python_tag|>", false).calls)
         }
         Some("mistral") => numbered_calls(mistral_held_calls(text)),
         Some("pythonic") => numbered_calls(pythonic_held_calls(text)),
         // deepseek_v3_1 too (seed 20261208 #1932: a closed section after guided
-        // elements gives its calls at indexes 0 and 1, the guided call took 3).
-        Some("qwen3_coder" | "deepseek_v3_1") => held_answer_calls(spec?, text),
+        // elements gives its calls at indexes 0 and 1, the guided call took 3), and
+        // hermes: its closed blocks only (live-checked: `{"city":"x"} <tool_call>{A}`
+        // under `required` adds no call), else the bare reading of the whole text,
+        // which an open block leaves no JSON (seed 20261234 #526: `{A}` +
+        // `<tool_call>{B` cut there ends with a bare finish chunk).
+        Some("hermes" | "qwen3_coder" | "deepseek_v3_1") => held_answer_calls(spec?, text),
         // Live-checked: a guided `{A,}` cut by a call block in the final body, then a
         // commentary call `g`: `g` at 1 with the finish reason.
         Some("harmony") => numbered_calls(harmony_held_calls(text)),
@@ -2016,8 +2009,14 @@ fn held_answer_end(
             );
         }
         Some("hermes") => return Some(guided.is_one_bare_call()),
+        // A named choice counts only its tool's calls here too (seed 20261237 #3681:
+        // a `get_time` block in a named `get_weather` object's string ends bare).
         Some("qwen3_coder") => {
-            let parsed = spec.is_some_and(|s| !held_answer_calls(s, text).is_empty());
+            let parsed = spec.is_some_and(|s| {
+                held_answer_calls(s, text)
+                    .iter()
+                    .any(|c| named.map_or(true, |n| c.name.as_deref() == Some(n)))
+            });
             return Some(guided.is_one_bare_call() || parsed);
         }
         // Live-checked: `{"name":"","parameters":{` and a named `{` make the bare
