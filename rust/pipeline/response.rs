@@ -1728,6 +1728,10 @@ fn reread_unary(
         // Only once `[TOOL_CALLS]` stands outside a quoted span (live-checked, seed
         // 20261226 #2810: `` `\t[TOOL_CALLS][{A}]```json…``` `` stays text).
         "mistral" if unquoted_marker_at(answer, "[TOOL_CALLS]").is_none() => return None,
+        // With an end marker anywhere, by its end-of-output parse: the list after
+        // the marker whole or nothing (live-checked, seed 20261238 #3336:
+        // `[/TOOL_CALLS][TOOL_CALLS][{A}, {'city': ''}]` stays text).
+        "mistral" if answer.contains("[/TOOL_CALLS]") => basic_whole::parse_mistral(answer, true),
         "mistral" => {
             let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
             (parse.calls, parse.content.unwrap_or_default())
