@@ -213,11 +213,11 @@ impl JailRules {
     }
 
     /// Whether a piece after a start marker lets the jail end: llama3_json's once
-    /// the value opening it closed, JSON or not (live-checked: `{tz:"a"}`, `[x]`
-    /// and `{"a": }` end it, `{"a":"}"` and `{x` hold); else once it reads as JSON.
+    /// a value in it closed, JSON or not (see `json_boundary_closes`); else once
+    /// it reads as JSON.
     fn piece_closes(&self, piece: &str) -> bool {
         if self.first_value_pieces {
-            opening_value_closes(piece)
+            json_boundary_closes(piece)
         } else {
             self.piece_reads(piece)
         }
@@ -1750,17 +1750,27 @@ fn brackets_closed(text: &str) -> bool {
     scan.depth == 0 && scan.quote.is_none()
 }
 
-/// Whether the value that opens `piece` (after blanks) closes in it, read as JSON
-/// or not: its brackets, outside quoted spans, come back to level.
-fn opening_value_closes(piece: &str) -> bool {
-    let piece = piece.trim_start();
-    if !piece.starts_with(['{', '[']) {
+/// Whether a JSON-looking value closes in `piece`, as Dynamo's jail boundary
+/// scan reads it: anything before the first `{` or `[` is skipped, then brackets
+/// count outside `"` strings (with escapes) until they come back to level; a
+/// single quote is no quote (live-checked: `x {}`, `": {"c": 1}}`, `{'}'` and
+/// `x ] [1]` close; `{x`, `"{" {}` and `'{' {}` hold).
+fn json_boundary_closes(piece: &str) -> bool {
+    let Some(start) = piece.find(['{', '[']) else {
         return false;
-    }
-    let mut scan = BracketScan::default();
-    piece.chars().any(|c| {
-        scan.step(c);
-        scan.depth == 0
+    };
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    piece[start..].chars().any(|c| {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            _ if in_string => {}
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            _ => {}
+        }
+        depth == 0
     })
 }
 
@@ -1791,10 +1801,10 @@ impl BracketScan {
 
 #[cfg(test)]
 mod tests {
-    use super::{default_end_position, last_value_per_key, object_of, opening_value_closes};
+    use super::{default_end_position, json_boundary_closes, last_value_per_key, object_of};
 
     #[test]
-    fn an_opening_value_closes_on_its_brackets_outside_quotes() {
+    fn a_json_boundary_closes_on_brackets_outside_double_quotes() {
         for closed in [
             r#"{tz:"a"}"#,
             "[x]",
@@ -1802,11 +1812,24 @@ mod tests {
             "{x}}",
             "{a:1} more",
             "{'}': 1}",
+            "x {}",
+            r#"": {"c": 1}}"#,
+            "{'a}'",
+            "x ] [1]",
+            r#"x {"a":"}"}"#,
         ] {
-            assert!(opening_value_closes(closed), "{closed}");
+            assert!(json_boundary_closes(closed), "{closed}");
         }
-        for open in [r#"{"a":"}""#, "{x", "x {}", r#"{"a\"}":1"#, ""] {
-            assert!(!opening_value_closes(open), "{open}");
+        for open in [
+            r#"{"a":"}""#,
+            "{x",
+            r#"{"a\"}":1"#,
+            "",
+            "x",
+            r#""{" {}"#,
+            "'{' {}",
+        ] {
+            assert!(!json_boundary_closes(open), "{open}");
         }
     }
 
