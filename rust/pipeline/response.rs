@@ -1704,14 +1704,25 @@ fn trailing_json_calls(answer: &str) -> Option<Vec<CallDelta>> {
 /// with `{}` and the content `hi`), deepseek_v3_1 by its parser, an unclosed
 /// section too, the content the text before the section as written (`hi `);
 /// mistral by its whole objects after the marker; `default` by its end-of-output
-/// parse. A named choice keeps the text when no call to its tool is read.
+/// parse; each but hermes only once a start marker stands outside a quoted span
+/// ([`reread_start_markers`]). A named choice keeps the text when no call to its
+/// tool is read.
 fn reread_unary(
     plan: &ResponsePlan,
     answer: &str,
     named: Option<&str>,
 ) -> Option<(Vec<CallDelta>, String)> {
     let spec = plan.parsers.as_ref()?;
-    let (calls, content): (Vec<(String, String)>, String) = match spec.tool_call?.name() {
+    let family = spec.tool_call?.name();
+    let starts = reread_start_markers(family);
+    if !starts.is_empty()
+        && starts
+            .iter()
+            .all(|m| unquoted_marker_at(answer, m).is_none())
+    {
+        return None;
+    }
+    let (calls, content): (Vec<(String, String)>, String) = match family {
         // Only an answer with a `<tool_call>` block: bare JSON cut short stays text
         // (live-checked: `{"name":"get_ti` under `required`).
         "hermes" if answer.contains("<tool_call>") && !answer.contains("</tool_call>") => {
@@ -1725,9 +1736,6 @@ fn reread_unary(
         // A `[TOOL_CALLS]…[/TOOL_CALLS]` pair without a call keeps the text
         // (live-checked: `[TOOL_CALLS][{A}][TOOL_CALLS]f[ARGS]{}[/TOOL_CALLS]`).
         "mistral" if basic_whole::paired_as_written(answer).is_some() => return None,
-        // Only once `[TOOL_CALLS]` stands outside a quoted span (live-checked, seed
-        // 20261226 #2810: `` `\t[TOOL_CALLS][{A}]```json…``` `` stays text).
-        "mistral" if unquoted_marker_at(answer, "[TOOL_CALLS]").is_none() => return None,
         // With an end marker anywhere, by its end-of-output parse: the list after
         // the marker whole or nothing (live-checked, seed 20261238 #3336:
         // `[/TOOL_CALLS][TOOL_CALLS][{A}, {'city': ''}]` stays text).
@@ -1736,26 +1744,12 @@ fn reread_unary(
             let parse = basic_whole::parse_whole_objects(answer, "[TOOL_CALLS]", false);
             (parse.calls, parse.content.unwrap_or_default())
         }
-        // `default` by its end-of-output parse once a start marker is in the answer
-        // (live-checked: `x <|python_tag|>{"name":"f","arguments":{"a":"b`, text in
-        // the stream, is f with `{"a":"b"}` and the content `x`; bare
-        // `{"name":"f","arguments":"` stays text).
-        "default"
-            if default_whole::STARTS
-                .iter()
-                .any(|m| unquoted_marker_at(answer, m).is_some()) =>
-        {
+        // `default` by its end-of-output parse (live-checked:
+        // `x <|python_tag|>{"name":"f","arguments":{"a":"b`, text in the stream, is
+        // f with `{"a":"b"}` and the content `x`).
+        "default" => {
             let parse = default_whole::parse_whole(answer, Reading::End);
             (parse.calls, parse.content)
-        }
-        // Only once `<tool_call>` or `<function=` stands outside a quoted span
-        // (live-checked: `` `<function=get_weather>…</function>` `` stays text).
-        "qwen3_coder"
-            if ["<tool_call>", "<function="]
-                .iter()
-                .all(|m| unquoted_marker_at(answer, m).is_none()) =>
-        {
-            return None
         }
         "qwen3_coder" => {
             // Its own reading as at the end of output when the jail's finds no call
@@ -1777,9 +1771,6 @@ fn reread_unary(
                 parsed.content,
             )
         }
-        // Only once its section's start stands outside a quoted span (live-checked:
-        // `` `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>…<｜tool▁call▁end｜>` `` stays text).
-        "deepseek_v3_1" if unquoted_marker_at(answer, DSV31_SECTION).is_none() => return None,
         "deepseek_v3_1" => {
             // Its parser reads the answer trimmed (live-checked, seed 20261217
             // #2963: `\n\n` before the section says no content).
@@ -1801,6 +1792,22 @@ fn reread_unary(
             .filter(|(name, _)| named.map_or(true, |n| n == name)),
     );
     (!calls.is_empty()).then_some((calls, content))
+}
+
+/// The start markers of which one must stand outside a quoted span before Dynamo's
+/// unary aggregator reads an answer again (its `first_unquoted_native_tool_call_marker`;
+/// live-checked per family, each a case that stays text: mistral
+/// `` `\t[TOOL_CALLS][{A}]```json…``` `` (seed 20261226 #2810), `default` a bare
+/// `{"name":"f","arguments":"`, qwen3_coder `` `<function=get_weather>…</function>` ``,
+/// deepseek_v3_1 a quoted section). Hermes reads bare JSON first, so has none here.
+fn reread_start_markers(family: &str) -> &'static [&'static str] {
+    match family {
+        "mistral" => &["[TOOL_CALLS]"],
+        "default" => &default_whole::STARTS,
+        "qwen3_coder" => &["<tool_call>", "<function="],
+        "deepseek_v3_1" => &[DSV31_SECTION],
+        _ => &[],
+    }
 }
 
 /// Where `marker` first stands in `text` outside a quoted span, as Dynamo's unary
