@@ -450,12 +450,18 @@ impl ToolJail {
         self.jailed.then_some(self.held.as_str())
     }
 
-    /// Harmony's last frame: when the held text, `piece` included, read whole
-    /// makes no call, the reference releases it whole at the end of output, no
-    /// end marker looked for (live-checked: a held `<|call|>\n` says `""`, its
-    /// `\n` no trailing text). False, and nothing taken, otherwise.
+    /// Harmony's last frame, when it brings no text: when the held text read
+    /// whole makes no call, the reference releases it whole at the end of output,
+    /// no end marker looked for (live-checked: a held `<|call|>\n` says `""`, its
+    /// `\n` no trailing text). A last frame with text ends the jail as any frame
+    /// does (seed 20261242 #1550: a held `<|call|>` then a stop string's `a` says
+    /// `a`; ` ` says ` `). False, and nothing taken, otherwise.
     pub fn hold_uncalled(&mut self, piece: &str) -> bool {
-        if !self.jailed || self.to_end || self.rules.trigger != Trigger::Harmony {
+        if !self.jailed
+            || self.to_end
+            || self.rules.trigger != Trigger::Harmony
+            || !piece.is_empty()
+        {
             return false;
         }
         let text = format!("{}{piece}", self.held);

@@ -1380,6 +1380,23 @@ impl ResponseState {
                 ..JailedPart::parsed(parsed, finish, parallel, &mut choice.calls_released)
             });
         }
+        if harmony {
+            // Harmony: a release of nothing that text after it in the frame follows
+            // makes no chunk, that text carries the finish reason (seed 20261242
+            // #1550: a held `<|call|>` ended by a stop string's last frame `a`
+            // says `a` alone).
+            if let Some(last) = parts.iter().rposition(|p| p.finish.is_some()) {
+                let mut at = 0;
+                parts.retain(|p| {
+                    let nothing = p.released
+                        && p.calls.is_empty()
+                        && p.reasoning.is_none()
+                        && p.content.as_deref().map_or(true, str::is_empty);
+                    at += 1;
+                    !(nothing && at - 1 < last)
+                });
+            }
+        }
         if ending {
             choice.finished = true;
         }

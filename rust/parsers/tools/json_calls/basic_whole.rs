@@ -235,16 +235,18 @@ fn mistral_calls(json: &str) -> Option<Vec<(String, String)>> {
 
 /// The calls in a forced tool choice's held answer with `marker` in it, as
 /// Dynamo's mistral reads it at the end of output (live-checked): every piece
-/// around a marker that opens with `{` (`[`) is read to its last `}` (`]`), a
-/// list's elements and all arguments as written. `None` without the marker.
+/// around a marker that opens with `[` is read to its last `]`, one that opens
+/// with `{` as its `;`-separated values, whatever follows them (seed 20261241
+/// #3638: `{A}[{B}][TOOL_CALLS]` is A); a list's elements and all arguments as
+/// written. `None` without the marker.
 pub fn marked_as_written(text: &str, marker: &str) -> Option<Vec<(String, String)>> {
     text.find(marker)?;
     let mut calls = Vec::new();
-    for json in text.split(marker).filter_map(cut_json_piece) {
-        if json.starts_with('[') {
-            calls.extend(list_calls(json).unwrap_or_default());
-        } else {
-            calls.extend(call(json));
+    for piece in text.split(marker).map(str::trim) {
+        if piece.starts_with('{') {
+            calls.extend(piece_values(piece).into_iter().filter_map(call));
+        } else if let Some(list) = cut_json_piece(piece) {
+            calls.extend(list_calls(list).unwrap_or_default());
         }
     }
     Some(calls)
@@ -533,7 +535,7 @@ mod tests {
     }
 
     #[test]
-    fn held_answer_pieces_are_read_to_their_last_bracket_as_written() {
+    fn held_answer_pieces_are_read_as_written() {
         let (a, b) = (
             r#"{"name":"a","arguments":{"x": 1}}"#,
             r#"{"name":"b","arguments":{}}"#,
@@ -549,6 +551,15 @@ mod tests {
             Some(1)
         );
         assert_eq!(read(a), None);
+        // A `{` piece gives its `;`-separated objects, whatever follows them.
+        assert_eq!(
+            read(&format!("{a}[{b}][TOOL_CALLS]")),
+            Some(one("a", r#"{"x": 1}"#))
+        );
+        assert_eq!(
+            read(&format!("{a}; {b}}} x[TOOL_CALLS]")),
+            Some([one("a", r#"{"x": 1}"#), one("b", "{}")].concat())
+        );
     }
 
     #[test]
