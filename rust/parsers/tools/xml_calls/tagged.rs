@@ -64,7 +64,8 @@ pub(super) struct Format {
     /// Qwen3-Coder writes values on their own lines: one newline each side is markup.
     pub(super) trim_newlines: bool,
     /// Qwen3-Coder models sometimes leave out `</parameter>`: the next parameter or the
-    /// end of the function then ends the value, as vLLM, SGLang and Dynamo accept.
+    /// end of the function then ends the value, as vLLM, SGLang and Dynamo accept; the
+    /// end of the function ends a parameter name too.
     pub(super) value_ends_at_next_tag: bool,
     /// The template may write a call's name twice (`get_weather.get_weather`); when
     /// only the single name is declared, that is the call's name (Muse).
@@ -171,6 +172,12 @@ impl Format {
                 .map(|(m, t)| (*m, Role::KeyEnd(*t)))
                 .collect();
             key_ends.push(close);
+            // A parameter name the function's end cuts is no parameter: Dynamo takes
+            // the function's body first (live-checked, seed 20261245 #371:
+            // `<parameter=</function>` says `{}`).
+            if self.value_ends_at_next_tag {
+                key_ends.push(invoke_close);
+            }
             let head = match self.invoke_open {
                 // The name runs to the first parameter or the end of the call: GLM
                 // (whose block tag opens the call), or an invoke tag whose name is
@@ -360,6 +367,7 @@ impl MarkerDriven for TaggedParser {
                 sink.drop_call("parameter name tag never closed");
                 State::Text
             }
+            (State::Key, Role::InvokeClose) => self.end_call(sink, State::Block),
             (State::Key, Role::KeyEnd(typing)) => {
                 self.typing = typing;
                 if self.format.value_open.is_some() {
