@@ -10,8 +10,9 @@
 //!   and `<|call|>` end a body, anything but `<|start|>` after one, or a header
 //!   still open at the end, fails the reading. Read, `final` bodies and
 //!   recipient-less `commentary` bodies are the content (as written), a
-//!   `commentary` body to `functions.NAME` ended by `<|call|>` is a call (cut
-//!   by the end of the text, nothing), the rest is dropped;
+//!   `commentary` body to `functions.NAME` is a call once the text holds a
+//!   `<|call|>`, whichever marker ended it (cut by the end of the text,
+//!   nothing), the rest is dropped;
 //! - failed, calls are recovered from `<|channel|>commentary to=functions.NAME
 //!   …<|message|>ARGS<|call|>` blocks (`analysis` too, an optional
 //!   `<|start|>assistant` before them), and the text around them is cleaned up,
@@ -165,6 +166,9 @@ fn read_messages(text: &str) -> Option<WholeParse> {
     let mut header = String::new();
     let mut body = String::new();
     let mut open: Option<(String, Option<String>, Option<String>)> = None;
+    // Dynamo reads a message to `functions.…` as a call, `<|end|>` ending it too,
+    // once the text holds a `<|call|>` (seed 20261250 #161, live-checked).
+    let calls_counted = text.contains(CALL);
     let mut pos = 0;
     loop {
         let next = next_marker(text, pos);
@@ -193,7 +197,7 @@ fn read_messages(text: &str) -> Option<WholeParse> {
                 Reading::Header { role_known }
             }
             Reading::Body if [END, RETURN, CALL].contains(&marker) => {
-                close_message(open.take(), &mut body, marker == CALL, &mut out);
+                close_message(open.take(), &mut body, calls_counted, &mut out);
                 Reading::ExpectStart
             }
             Reading::Body => {
@@ -214,7 +218,7 @@ fn read_messages(text: &str) -> Option<WholeParse> {
     }
 }
 
-/// One message read: a call (only once its `<|call|>` came), content, or nothing.
+/// One message read: a call (only where `called`), content, or nothing.
 fn close_message(
     open: Option<(String, Option<String>, Option<String>)>,
     body: &mut String,
