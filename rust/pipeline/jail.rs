@@ -1540,38 +1540,48 @@ impl JsonBoundary {
             };
         }
         for (offset, c) in text[self.scanned..].char_indices() {
-            if !self.started {
-                if c == '{' || c == '[' {
-                    self.started = true;
-                    self.depth = 1;
-                }
-            } else if self.escape {
-                self.escape = false;
-            } else if self.in_string {
-                match c {
-                    '\\' => self.escape = true,
-                    '"' => self.in_string = false,
-                    _ => {}
-                }
-            } else {
-                match c {
-                    '"' => self.in_string = true,
-                    '{' | '[' => self.depth += 1,
-                    '}' | ']' => {
-                        self.depth = self.depth.saturating_sub(1);
-                        if self.depth == 0 {
-                            self.last_complete = Some(self.scanned + offset + 1);
-                            self.started = false;
-                        }
-                    }
-                    _ => {}
-                }
+            if self.step(c) {
+                self.last_complete = Some(self.scanned + offset + 1);
             }
         }
         self.scanned = text.len();
         if self.last_complete != self.reported {
             self.reported = self.last_complete;
             return self.last_complete.is_some();
+        }
+        false
+    }
+
+    /// One character of the scan: anything before a `{` or `[` is skipped, then
+    /// brackets count outside `"` strings (a `'` is no quote); true where a
+    /// top-level value closes.
+    fn step(&mut self, c: char) -> bool {
+        if !self.started {
+            if c == '{' || c == '[' {
+                self.started = true;
+                self.depth = 1;
+            }
+        } else if self.escape {
+            self.escape = false;
+        } else if self.in_string {
+            match c {
+                '\\' => self.escape = true,
+                '"' => self.in_string = false,
+                _ => {}
+            }
+        } else {
+            match c {
+                '"' => self.in_string = true,
+                '{' | '[' => self.depth += 1,
+                '}' | ']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        self.started = false;
+                        return true;
+                    }
+                }
+                _ => {}
+            }
         }
         false
     }
@@ -1757,27 +1767,11 @@ fn brackets_closed(text: &str) -> bool {
 }
 
 /// Whether a JSON-looking value closes in `piece`, as Dynamo's jail boundary
-/// scan reads it: anything before the first `{` or `[` is skipped, then brackets
-/// count outside `"` strings (with escapes) until they come back to level; a
-/// single quote is no quote (live-checked: `x {}`, `": {"c": 1}}`, `{'}'` and
-/// `x ] [1]` close; `{x`, `"{" {}` and `'{' {}` hold).
+/// scan ([`JsonBoundary`]) reads it (live-checked: `x {}`, `": {"c": 1}}`,
+/// `{'}'` and `x ] [1]` close; `{x`, `"{" {}` and `'{' {}` hold).
 fn json_boundary_closes(piece: &str) -> bool {
-    let Some(start) = piece.find(['{', '[']) else {
-        return false;
-    };
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    piece[start..].chars().any(|c| {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if in_string => escaped = true,
-            '"' => in_string = !in_string,
-            _ if in_string => {}
-            '{' | '[' => depth += 1,
-            '}' | ']' => depth -= 1,
-            _ => {}
-        }
-        depth == 0
-    })
+    let mut scan = JsonBoundary::default();
+    piece.chars().any(|c| scan.step(c))
 }
 
 /// Bracket depth outside quoted spans (`"` or `'`, with escapes), a char at a time.

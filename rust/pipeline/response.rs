@@ -1386,15 +1386,12 @@ impl ResponseState {
             // #1550: a held `<|call|>` ended by a stop string's last frame `a`
             // says `a` alone).
             if let Some(last) = parts.iter().rposition(|p| p.finish.is_some()) {
-                let mut at = 0;
-                parts.retain(|p| {
-                    let nothing = p.released
-                        && p.calls.is_empty()
-                        && p.reasoning.is_none()
-                        && p.content.as_deref().map_or(true, str::is_empty);
-                    at += 1;
-                    !(nothing && at - 1 < last)
-                });
+                parts = parts
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(at, part)| *at >= last || !part.releases_nothing())
+                    .map(|(_, part)| part)
+                    .collect();
             }
         }
         if ending {
@@ -1430,7 +1427,6 @@ impl ResponseState {
                 continue;
             }
             let index = choice.index;
-            let text_empty = part.content.as_deref().map_or(true, str::is_empty);
             // Answer text the jail swallowed, or a release of nothing (a block that
             // closed without a call) once the role went out, makes no chunk: the
             // role rides on the next. A release of nothing that would be the
@@ -1439,9 +1435,7 @@ impl ResponseState {
             let first_release = part.released && choice.first;
             if (answered || part.released)
                 && !first_release
-                && part.calls.is_empty()
-                && text_empty
-                && part.reasoning.is_none()
+                && part.says_nothing()
                 && finish.is_none()
             {
                 continue;
@@ -2334,6 +2328,18 @@ impl JailedPart {
             reasoning: None,
             released: false,
         }
+    }
+
+    /// No text, reasoning or call.
+    fn says_nothing(&self) -> bool {
+        self.calls.is_empty()
+            && self.reasoning.is_none()
+            && self.content.as_deref().map_or(true, str::is_empty)
+    }
+
+    /// The jail's release of nothing.
+    fn releases_nothing(&self) -> bool {
+        self.released && self.says_nothing()
     }
 }
 
